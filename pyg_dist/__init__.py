@@ -1,0 +1,15 @@
+"""pyg_dist: distributed training for PyTorch Geometric.
+
+Partition a graph offline (:class:`Partitioner` or ``pyg-dist-partition``), load one
+partition per machine (:class:`LocalGraphStore`, :class:`LocalFeatureStore`), and
+train with :class:`DistNeighborLoader` under ``torchrun``.
+"""
+from pyg_dist.partition import PartitionFormatError, PartitionMeta, Partitioner, RangeBook
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook",
+    "LocalGraphStore", "LocalFeatureStore",
+]

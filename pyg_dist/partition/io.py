@@ -1,0 +1,140 @@
+"""Paths and safe, atomic reading and writing of partition folders.
+
+Every ``.pt`` file is written with plain tensors, dicts, lists, numbers and
+strings, and read back with ``torch.load(..., weights_only=True)``, so a partition
+folder from elsewhere cannot run code. Every write goes to a temporary name first
+and is renamed into place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+import torch
+
+from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
+
+PathLike = Union[str, os.PathLike]
+
+META_FILE = "META.json"
+NODE_MAP_FILE = "node_map.pt"
+EDGE_MAP_FILE = "edge_map.pt"
+GRAPH_FILE = "graph.pt"
+NODE_FEATS_FILE = "node_feats.pt"
+EDGE_FEATS_FILE = "edge_feats.pt"
+SPLITS_FILE = "splits.pt"
+PART_FILES = (GRAPH_FILE, NODE_FEATS_FILE, EDGE_FEATS_FILE, SPLITS_FILE)
+
+
+def part_dir(root: PathLike, part: int) -> Path:
+    return Path(root) / f"part_{part}"
+
+
+def save_pt(obj: Any, path: PathLike) -> None:
+    """Writes ``obj`` with ``torch.save`` to a temporary name, then renames it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_pt(path: PathLike, what: str = "partition file") -> Any:
+    """Loads a ``.pt`` file with ``weights_only=True``; names the file on failure."""
+    path = Path(path)
+    if not path.is_file():
+        raise PartitionFormatError(f"{what} {path} is missing")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # re-raised with the file named
+        raise PartitionFormatError(f"{what} {path} cannot be loaded safely "
+                                   f"(weights_only=True): {exc}") from exc
+
+
+def save_json(obj: Any, path: PathLike) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def check_root(root: PathLike) -> Path:
+    """Returns ``root`` as a path if it is a partition folder, else raises."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"partition folder {root} does not exist")
+    if not (root / META_FILE).is_file():
+        raise PartitionFormatError(f"partition folder {root} has no {META_FILE}: "
+                                   f"not a pyg_dist partition (run pyg-dist-partition first)")
+    return root
+
+
+def read_meta(root: PathLike) -> PartitionMeta:
+    """Reads and validates ``root/META.json``."""
+    path = check_root(root) / META_FILE
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PartitionFormatError(f"{path} is not valid JSON: {exc}") from exc
+    return PartitionMeta.from_json(obj, source=str(path))
+
+
+def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
+    """Returns the folder of partition ``part`` after checking it is complete."""
+    if not 0 <= part < meta.num_parts:
+        raise ValueError(f"partition id {part} is out of range: {root} has "
+                         f"{meta.num_parts} partition(s)")
+    folder = part_dir(root, part)
+    if not folder.is_dir():
+        raise PartitionFormatError(f"partition folder {folder} is missing")
+    missing = [f for f in PART_FILES if not (folder / f).is_file()]
+    if missing:
+        raise PartitionFormatError(f"partition folder {folder} is missing {', '.join(missing)}")
+    return folder
+
+
+@contextmanager
+def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yields a temporary folder next to ``out``; renames it to ``out`` on success.
+
+    A crash leaves ``out`` either as it was or complete, never half written.
+
+    Raises:
+        FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"output {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"output folder {out} exists and is not empty "
+                              f"(pass overwrite=True / --overwrite to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    try:
+        yield tmp
+        old = None
+        if out.exists():
+            old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

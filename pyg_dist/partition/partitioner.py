@@ -1,0 +1,213 @@
+"""Splitting a ``Data``/``HeteroData`` into ``num_parts`` partition folders (format v1).
+
+Steps: assign nodes to partitions (METIS or random) -> relabel ids so each
+partition owns one contiguous range per node type -> order each edge type by new
+destination id (CSC; an edge belongs to the partition owning its destination, and
+edge ids are relabelled to that order) -> write every partition, the id maps and
+``META.json`` into a temporary folder that is renamed into place at the end.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+from tqdm.auto import tqdm
+
+from pyg_dist.partition import io
+from pyg_dist.partition.assign import METHODS, assign
+from pyg_dist.partition.kernels import count_outside, csc_relabel
+from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
+from pyg_dist.partition.tables import GraphTables
+from pyg_dist.typing import EdgeType, NodeType, edge_key
+
+
+@dataclass
+class NodeOrder:
+    """New ids of one node type: ``new_to_old[new] = old`` and partition offsets."""
+    new_to_old: np.ndarray
+    old_to_new: np.ndarray
+    offsets: Tuple[int, ...]
+
+    @classmethod
+    def from_parts(cls, parts: np.ndarray, num_parts: int) -> "NodeOrder":
+        new_to_old = np.argsort(parts, kind="stable").astype(np.int64)
+        old_to_new = np.empty_like(new_to_old)
+        old_to_new[new_to_old] = np.arange(new_to_old.size, dtype=np.int64)
+        counts = np.bincount(parts, minlength=num_parts)
+        offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(counts)]))
+        return cls(new_to_old, old_to_new, offsets)
+
+
+@dataclass
+class EdgeOrder:
+    """One edge type in CSC order of new destination ids (global edge id = position)."""
+    indptr: np.ndarray
+    indices: np.ndarray
+    order: np.ndarray
+    offsets: Tuple[int, ...]
+
+
+@dataclass
+class PartitionTimings:
+    """Where :meth:`Partitioner.generate` spent its time (seconds)."""
+    total_s: float
+    metis_s: float
+
+
+class Partitioner:
+    """Partitions a graph into ``num_parts`` folders under ``root``.
+
+    Args:
+        data (Data or HeteroData): the graph. Node attributes (any tensor with one row
+            per node) and edge attributes (one row per edge) are split by owner;
+            boolean ``<split>_mask`` node attributes also become per-partition id lists.
+        num_parts (int): number of partitions (``1`` = standalone mode).
+        root (str or Path): output folder; must be absent or empty unless ``overwrite``.
+        method (str): ``"metis"`` (default) or ``"random"``.
+        seed (int): seed for METIS and for the random assignment.
+        overwrite (bool): replace an existing non-empty ``root``.
+        halo_attrs (Iterable[str]): node attributes whose values are also stored for
+            halo nodes (needed by temporal sampling on node time).
+        progress (bool): show progress bars.
+
+    Example:
+        >>> meta = Partitioner(data, num_parts=2, root="out").generate()
+    """
+
+    def __init__(self, data: Union[Data, HeteroData], num_parts: int,
+                 root: Union[str, Path], method: str = "metis", seed: int = 0,
+                 overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
+                 progress: bool = True) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
+        if not isinstance(num_parts, int) or num_parts < 1:
+            raise ValueError(f"num_parts must be an integer >= 1, got {num_parts!r}")
+        self.tables = GraphTables.from_data(data)
+        if num_parts > self.tables.total_nodes:
+            raise ValueError(f"num_parts={num_parts} is larger than the number of nodes "
+                             f"({self.tables.total_nodes})")
+        self.num_parts = num_parts
+        self.root = Path(root)
+        self.method = method
+        self.seed = seed
+        self.overwrite = overwrite
+        self.halo_attrs = tuple(halo_attrs)
+        self.progress = progress
+        self.timings: Optional[PartitionTimings] = None
+
+    def generate(self) -> PartitionMeta:
+        """Writes the partitions and returns their :class:`PartitionMeta`."""
+        start = time.perf_counter()
+        tables = self.tables
+        parts, metis_s = assign(tables, self.num_parts, self.method, self.seed)
+        nodes = {t: NodeOrder.from_parts(parts[t], self.num_parts) for t in tables.num_nodes}
+        del parts
+        with io.atomic_dir(self.root, overwrite=self.overwrite) as tmp:
+            edges = {et: self._order_edges(et, nodes) for et in self._bar(
+                tables.edge_index, "ordering edges")}
+            stats = [self._write_part(tmp, p, nodes, edges)
+                     for p in self._bar(range(self.num_parts), "writing partitions")]
+            meta = self._meta(nodes, edges, stats)
+            io.save_pt(self._by_type({t: torch.from_numpy(o.new_to_old)
+                                      for t, o in nodes.items()}), tmp / io.NODE_MAP_FILE)
+            io.save_pt(self._by_type({edge_key(t): torch.from_numpy(o.order)
+                                      for t, o in edges.items()}), tmp / io.EDGE_MAP_FILE)
+            io.save_json(meta.to_json(), tmp / io.META_FILE)
+        self.timings = PartitionTimings(time.perf_counter() - start, metis_s)
+        return meta
+
+    # ---- steps ---------------------------------------------------------------------
+    def _bar(self, items: Iterable, desc: str) -> Iterable:
+        return tqdm(items, desc=desc, disable=not self.progress, leave=False)
+
+    def _by_type(self, values: Dict) -> object:
+        return values if self.tables.is_hetero else next(iter(values.values()))
+
+    def _order_edges(self, edge_type: EdgeType, nodes: Dict[NodeType, NodeOrder]) -> EdgeOrder:
+        index = self.tables.edge_index[edge_type]
+        src_order, dst_order = nodes[edge_type[0]], nodes[edge_type[2]]
+        indptr, indices, order = csc_relabel(
+            index[0].numpy(), index[1].numpy(), src_order.old_to_new, dst_order.old_to_new,
+            self.tables.num_nodes[edge_type[2]])
+        offsets = tuple(int(indptr[o]) for o in dst_order.offsets)
+        return EdgeOrder(indptr, indices, order, offsets)
+
+    def _write_part(self, tmp: Path, part: int, nodes: Dict[NodeType, NodeOrder],
+                    edges: Dict[EdgeType, EdgeOrder]) -> PartStats:
+        csc, edge_feats, halo, n_edges, n_cut = self._part_edges(part, nodes, edges)
+        node_feats, splits, halo_attrs = self._part_nodes(part, nodes, halo)
+        folder = io.part_dir(tmp, part)
+        folder.mkdir()
+        io.save_pt({"csc": csc, "halo": halo, "halo_attrs": halo_attrs}, folder / io.GRAPH_FILE)
+        io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
+        io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
+        io.save_pt(splits, folder / io.SPLITS_FILE)
+        return PartStats(
+            owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
+            halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},
+            edges=n_edges, cut_edges=n_cut,
+            train_nodes=sum(int(s["train"].numel()) for s in splits.values() if "train" in s))
+
+    def _part_edges(self, part: int, nodes: Dict[NodeType, NodeOrder],
+                    edges: Dict[EdgeType, EdgeOrder]) -> tuple:
+        """CSC slices, edge attributes, halo ids and edge counts of one partition."""
+        csc, edge_feats, halo_sets, n_edges, n_cut = {}, {}, {}, {}, {}
+        for et, eo in edges.items():
+            lo, hi = nodes[et[2]].offsets[part], nodes[et[2]].offsets[part + 1]
+            e_lo, e_hi = eo.offsets[part], eo.offsets[part + 1]
+            indices = torch.from_numpy(eo.indices[e_lo:e_hi].copy())
+            csc[edge_key(et)] = {"indptr": torch.from_numpy(eo.indptr[lo:hi + 1] - e_lo),
+                                 "indices": indices}
+            src_lo, src_hi = nodes[et[0]].offsets[part], nodes[et[0]].offsets[part + 1]
+            n_edges[et] = e_hi - e_lo
+            n_cut[et] = int(count_outside(eo.indices[e_lo:e_hi], src_lo, src_hi))
+            outside = indices[(indices < src_lo) | (indices >= src_hi)]
+            halo_sets.setdefault(et[0], []).append(torch.unique(outside))
+            rows = torch.from_numpy(eo.order[e_lo:e_hi])
+            edge_feats[edge_key(et)] = {k: v[rows] for k, v in self.tables.edge_attrs[et].items()}
+        halo = {t: torch.unique(torch.cat(v)) for t, v in halo_sets.items()}
+        return csc, edge_feats, halo, n_edges, n_cut
+
+    def _part_nodes(self, part: int, nodes: Dict[NodeType, NodeOrder],
+                    halo: Dict[NodeType, Tensor]) -> tuple:
+        """Node attributes, split id lists and halo attributes of one partition."""
+        node_feats, splits, halo_attrs = {}, {}, {}
+        for t, order in nodes.items():
+            lo, hi = order.offsets[part], order.offsets[part + 1]
+            rows = torch.from_numpy(order.new_to_old[lo:hi])
+            attrs = self.tables.node_attrs[t]
+            node_feats[t] = {k: v[rows] for k, v in attrs.items()}
+            splits[t] = {name: torch.nonzero(mask[rows]).view(-1) + lo
+                         for name, mask in self.tables.masks(t).items()}
+            if t in halo:
+                halo_rows = torch.from_numpy(order.new_to_old[halo[t].numpy()])
+                halo_attrs[t] = {k: v[halo_rows] for k, v in attrs.items()
+                                 if k in self.halo_attrs}
+        return node_feats, splits, halo_attrs
+
+    def _meta(self, nodes: Dict[NodeType, NodeOrder], edges: Dict[EdgeType, EdgeOrder],
+              stats: list) -> PartitionMeta:
+        tables = self.tables
+
+        def spec(value: Tensor) -> AttrSpec:
+            return AttrSpec(str(value.dtype).replace("torch.", ""), tuple(value.shape[1:]))
+
+        splits = sorted({s for t in tables.num_nodes for s in tables.masks(t)})
+        return PartitionMeta(
+            num_parts=self.num_parts, is_hetero=tables.is_hetero,
+            node_types=tuple(tables.num_nodes), edge_types=tuple(tables.edge_index),
+            num_nodes=dict(tables.num_nodes),
+            num_edges={et: int(i.size(1)) for et, i in tables.edge_index.items()},
+            node_offsets={t: o.offsets for t, o in nodes.items()},
+            edge_offsets={t: o.offsets for t, o in edges.items()},
+            node_attrs={t: {k: spec(v) for k, v in a.items()}
+                        for t, a in tables.node_attrs.items()},
+            edge_attrs={t: {k: spec(v) for k, v in a.items()}
+                        for t, a in tables.edge_attrs.items()},
+            splits=tuple(splits), method=self.method, seed=self.seed, parts=tuple(stats))

@@ -1,0 +1,112 @@
+"""A typed, homo/hetero-uniform view of a ``Data`` or ``HeteroData`` to partition."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Dict, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
+
+_SKIP = {"edge_index", "adj_t", "adj", "num_nodes"}
+
+
+@dataclass
+class GraphTables:
+    """Node and edge tables keyed by type (homogeneous = one node and one edge type).
+
+    Args:
+        is_hetero: whether the source was a ``HeteroData``.
+        num_nodes: nodes per type.
+        node_attrs: per node type, named tensors with one row per node.
+        edge_index: per edge type, ``[2, E]`` source/destination ids.
+        edge_attrs: per edge type, named tensors with one row per edge.
+    """
+    is_hetero: bool
+    num_nodes: Dict[NodeType, int]
+    node_attrs: Dict[NodeType, Dict[str, Tensor]]
+    edge_index: Dict[EdgeType, Tensor]
+    edge_attrs: Dict[EdgeType, Dict[str, Tensor]]
+
+    @classmethod
+    def from_data(cls, data: Union[Data, HeteroData]) -> "GraphTables":
+        if isinstance(data, HeteroData):
+            tables = cls._from_hetero(data)
+        elif isinstance(data, Data):
+            tables = cls._from_homo(data)
+        else:
+            raise TypeError(f"expected a torch_geometric Data or HeteroData, got {type(data)}")
+        tables.validate()
+        return tables
+
+    @classmethod
+    def _from_homo(cls, data: Data) -> "GraphTables":
+        if data.edge_index is None:
+            raise ValueError("the graph has no edge_index")
+        node_attrs, edge_attrs = {}, {}
+        for key, value in data.items():
+            if key in _SKIP or not isinstance(value, Tensor):
+                continue
+            if data.is_node_attr(key):
+                node_attrs[key] = value
+            elif data.is_edge_attr(key):
+                edge_attrs[key] = value
+            else:
+                warnings.warn(f"attribute '{key}' is neither node- nor edge-level; "
+                              f"it is not written to the partitions")
+        return cls(False, {HOMO_NODE: int(data.num_nodes)}, {HOMO_NODE: node_attrs},
+                   {HOMO_EDGE: data.edge_index}, {HOMO_EDGE: edge_attrs})
+
+    @classmethod
+    def _from_hetero(cls, data: HeteroData) -> "GraphTables":
+        num_nodes, node_attrs, edge_index, edge_attrs = {}, {}, {}, {}
+        for node_type in data.node_types:
+            store = data[node_type]
+            num_nodes[node_type] = int(store.num_nodes)
+            node_attrs[node_type] = {k: v for k, v in store.items()
+                                     if isinstance(v, Tensor) and k not in _SKIP}
+        for edge_type in data.edge_types:
+            store = data[edge_type]
+            if "edge_index" not in store:
+                raise ValueError(f"edge type {edge_type} has no edge_index")
+            edge_index[edge_type] = store.edge_index
+            edge_attrs[edge_type] = {k: v for k, v in store.items()
+                                     if isinstance(v, Tensor) and k not in _SKIP}
+        return cls(True, num_nodes, node_attrs, edge_index, edge_attrs)
+
+    def validate(self) -> None:
+        """Checks shapes and id ranges; raises ``ValueError`` naming the problem."""
+        for node_type, attrs in self.node_attrs.items():
+            for key, value in attrs.items():
+                if value.dim() == 0 or value.size(0) != self.num_nodes[node_type]:
+                    raise ValueError(f"node attribute '{key}' of type '{node_type}' has "
+                                     f"{tuple(value.shape)} rows, expected "
+                                     f"{self.num_nodes[node_type]} (one per node)")
+        for edge_type, index in self.edge_index.items():
+            if index.dim() != 2 or index.size(0) != 2:
+                raise ValueError(f"edge_index of {edge_type} must have shape [2, E], "
+                                 f"got {tuple(index.shape)}")
+            if index.dtype != torch.long:
+                raise ValueError(f"edge_index of {edge_type} must be int64, got {index.dtype}")
+            for row, node_type in ((0, edge_type[0]), (2, edge_type[2])):
+                ids = index[row // 2]
+                if ids.numel() and (int(ids.min()) < 0
+                                    or int(ids.max()) >= self.num_nodes[node_type]):
+                    raise ValueError(f"edge_index of {edge_type} refers to a node id outside "
+                                     f"[0, {self.num_nodes[node_type]}) of type '{node_type}'")
+            for key, value in self.edge_attrs[edge_type].items():
+                if value.dim() == 0 or value.size(0) != index.size(1):
+                    raise ValueError(f"edge attribute '{key}' of {edge_type} has "
+                                     f"{tuple(value.shape)} rows, expected {index.size(1)}")
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.num_nodes.values())
+
+    def masks(self, node_type: NodeType) -> Dict[str, Tensor]:
+        """Boolean ``<split>_mask`` attributes of a node type, keyed by split name."""
+        return {key[:-len("_mask")]: value for key, value in self.node_attrs[node_type].items()
+                if key.endswith("_mask") and value.dtype == torch.bool and value.dim() == 1}

@@ -1,0 +1,181 @@
+"""``LocalFeatureStore``: one partition's node and edge attributes, as a PyG ``FeatureStore``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
+
+from pyg_dist.partition import io
+from pyg_dist.partition.book import RangeBook
+from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.typing import EdgeType, NodeType, edge_key, parse_edge_key
+
+Group = Union[NodeType, EdgeType]
+
+
+class LocalFeatureStore(FeatureStore):
+    """Attributes of the nodes and edges one partition owns, indexed by **global id**.
+
+    ``get_tensor(group_name, attr_name, index)`` takes global ids the partition owns
+    (``group_name`` is ``None`` for homogeneous graphs, a node type or an edge type
+    otherwise) and raises :class:`ValueError` for ids it does not own. ``index=None``
+    returns every owned row. For a homogeneous graph, ``group_name=None`` also finds
+    edge attributes (e.g. ``edge_attr``) when no node attribute has that name.
+
+    Args:
+        meta (PartitionMeta): the description of the whole partitioned graph.
+        part (int): the partition this store holds.
+        node_feats (Dict[NodeType, Dict[str, Tensor]]): owned node rows, in id order.
+        edge_feats (Dict[EdgeType, Dict[str, Tensor]]): owned edge rows, in id order.
+        splits (Dict[NodeType, Dict[str, Tensor]]): global ids of owned nodes per split
+            (``train``, ``val``, ``test``, ...).
+    """
+
+    def __init__(self, meta: PartitionMeta, part: int,
+                 node_feats: Dict[NodeType, Dict[str, Tensor]],
+                 edge_feats: Dict[EdgeType, Dict[str, Tensor]],
+                 splits: Optional[Dict[NodeType, Dict[str, Tensor]]] = None) -> None:
+        super().__init__()
+        self.meta = meta
+        self.part = part
+        self._tensors: Dict[Group, Dict[str, Tensor]] = {}
+        for node_type in meta.node_types:
+            self._tensors[node_type] = dict(node_feats.get(node_type, {}))
+        for edge_type in meta.edge_types:
+            self._tensors[edge_type] = dict(edge_feats.get(edge_type, {}))
+        self.splits = splits or {}
+        self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
+        self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
+
+    @classmethod
+    def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalFeatureStore":
+        """Loads partition ``pid`` of the partition folder ``root``."""
+        meta = io.read_meta(root)
+        folder = io.check_part(root, meta, pid)
+        node_feats = io.load_pt(folder / io.NODE_FEATS_FILE, "node feature file")
+        edge_feats = io.load_pt(folder / io.EDGE_FEATS_FILE, "edge feature file")
+        splits = io.load_pt(folder / io.SPLITS_FILE, "split file")
+        edge_feats = {parse_edge_key(k): v for k, v in edge_feats.items()}
+        store = cls(meta, pid, node_feats, edge_feats, splits)
+        store._check_rows(folder)
+        return store
+
+    def _check_rows(self, folder: Path) -> None:
+        for group, attrs in self._tensors.items():
+            book = self._books[group]
+            for name, value in attrs.items():
+                if value.size(0) != book.size(self.part):
+                    raise PartitionFormatError(
+                        f"{folder}: attribute '{name}' of {_group_str(group)} has "
+                        f"{value.size(0)} rows, META.json says {book.size(self.part)}")
+
+    # ---- resolving names -----------------------------------------------------------
+    def resolve(self, group_name: Optional[Group], attr_name: Optional[str] = None) -> Group:
+        """Maps a user ``group_name`` to the stored node or edge type."""
+        if isinstance(group_name, (tuple, list)) or (isinstance(group_name, str)
+                                                     and "__" in group_name):
+            return self.meta.edge_type(group_name)
+        if group_name is None and not self.meta.is_hetero and attr_name is not None:
+            node_type = self.meta.node_types[0]
+            if attr_name not in self._tensors[node_type]:
+                edge_type = self.meta.edge_types[0]
+                if attr_name in self._tensors[edge_type]:
+                    return edge_type
+        return self.meta.node_type(group_name)
+
+    def book(self, group: Group) -> RangeBook:
+        return self._books[group]
+
+    def has(self, group: Group, attr_name: str) -> bool:
+        return attr_name in self._tensors.get(group, {})
+
+    def tensor(self, group: Group, attr_name: str) -> Tensor:
+        """The stored tensor (all owned rows) of a resolved group."""
+        attrs = self._tensors[group]
+        if attr_name not in attrs:
+            raise KeyError(f"no attribute '{attr_name}' for {_group_str(group)} "
+                           f"(stored: {sorted(attrs)})")
+        return attrs[attr_name]
+
+    def gather(self, group: Group, attr_name: str, ids: Tensor) -> Tensor:
+        """Rows of owned global ``ids`` (the fast path used by samplers and loaders)."""
+        return self.tensor(group, attr_name).index_select(0, self._rows(group, ids))
+
+    def _rows(self, group: Group, ids: Tensor) -> Tensor:
+        ids = torch.as_tensor(ids)
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
+        return self._books[group].to_local(self.part, ids.long())
+
+    # ---- FeatureStore interface ----------------------------------------------------
+    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        group = self.resolve(attr.group_name, attr.attr_name)
+        attrs = self._tensors[group]
+        if attr.index is None:
+            expected = self._books[group].size(self.part)
+            if tensor.size(0) != expected:
+                raise ValueError(f"'{attr.attr_name}' of {_group_str(group)} needs one row per "
+                                 f"owned id ({expected}), got {tensor.size(0)}")
+            attrs[attr.attr_name] = tensor
+            return True
+        rows = self._rows(group, attr.index)
+        if attr.attr_name not in attrs:
+            raise KeyError(f"cannot write rows of unknown attribute '{attr.attr_name}' of "
+                           f"{_group_str(group)}; put the whole tensor first (index=None)")
+        attrs[attr.attr_name][rows] = tensor
+        return True
+
+    def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
+        group = self.resolve(attr.group_name, attr.attr_name)
+        if attr.attr_name not in self._tensors[group]:
+            return None
+        if attr.index is None:
+            return self._tensors[group][attr.attr_name]
+        if isinstance(attr.index, slice):
+            return self._tensors[group][attr.attr_name][attr.index]
+        return self.gather(group, attr.attr_name, attr.index)
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        group = self.resolve(attr.group_name, attr.attr_name)
+        return self._tensors[group].pop(attr.attr_name, None) is not None
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Optional[Tuple[int, ...]]:
+        tensor = self._get_tensor(TensorAttr(attr.group_name, attr.attr_name, None))
+        return None if tensor is None else tuple(tensor.shape)
+
+    def get_all_tensor_attrs(self) -> List[TensorAttr]:
+        out = []
+        for group, attrs in self._tensors.items():
+            name: Optional[Group] = group
+            if not self.meta.is_hetero and isinstance(group, str):
+                name = None
+            out += [TensorAttr(name, attr_name, None) for attr_name in attrs]
+        return out
+
+    # ---- splits and sharing --------------------------------------------------------
+    def split_ids(self, split: str, node_type: Optional[NodeType] = None) -> Tensor:
+        """Global ids of owned nodes in ``split`` (from ``<split>_mask`` at partition time)."""
+        node_type = self.meta.node_type(node_type)
+        splits = self.splits.get(node_type, {})
+        if split not in splits:
+            raise KeyError(f"no split '{split}' for node type '{node_type}' "
+                           f"(splits: {sorted(splits)})")
+        return splits[split]
+
+    def share_memory_(self) -> "LocalFeatureStore":
+        """Moves the stored tensors to shared memory (for sampler worker processes)."""
+        for attrs in self._tensors.values():
+            for value in attrs.values():
+                value.share_memory_()
+        return self
+
+    def __repr__(self) -> str:
+        groups = {_group_str(g): sorted(a) for g, a in self._tensors.items() if a}
+        return f"LocalFeatureStore(part={self.part}/{self.meta.num_parts}, attrs={groups})"
+
+
+def _group_str(group: Group) -> str:
+    return f"edge type {edge_key(group)}" if isinstance(group, tuple) else f"node type '{group}'"

@@ -1,0 +1,173 @@
+"""``LocalGraphStore``: one partition's edges, as a PyG ``GraphStore``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import EdgeAttr, GraphStore
+from torch_geometric.data.graph_store import EdgeLayout
+from torch_geometric.typing import EdgeTensorType
+
+from pyg_dist.partition import io
+from pyg_dist.partition.book import RangeBook
+from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.typing import EdgeType, NodeType, edge_key, edge_type_of
+
+
+@dataclass
+class CSC:
+    """In-edges of the destination nodes one partition owns.
+
+    Column ``j`` is global destination id ``dst_offset + j``; ``indices`` hold global
+    source ids; the edge at position ``i`` has global edge id ``edge_offset + i``.
+    """
+    indptr: Tensor
+    indices: Tensor
+    dst_offset: int
+    edge_offset: int
+
+    @property
+    def num_dst(self) -> int:
+        return self.indptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.numel()
+
+    def edge_ids(self) -> Tensor:
+        return torch.arange(self.edge_offset, self.edge_offset + self.num_edges)
+
+    def coo(self) -> Tuple[Tensor, Tensor]:
+        """Global ``(src, dst)`` ids of every stored edge, in edge id order."""
+        deg = self.indptr[1:] - self.indptr[:-1]
+        dst = torch.arange(self.dst_offset, self.dst_offset + self.num_dst)
+        return self.indices, dst.repeat_interleave(deg)
+
+
+class LocalGraphStore(GraphStore):
+    """The in-edges (CSC by destination, global ids) of the nodes one partition owns.
+
+    Sources owned by other partitions are this partition's *halo* nodes. Memory is
+    O(partition + halo): the only whole-graph state is the partition book.
+
+    Args:
+        meta (PartitionMeta): the description of the whole partitioned graph.
+        part (int): the partition this store holds.
+        csc (Dict[EdgeType, CSC]): the stored edges per edge type.
+        halo (Dict[NodeType, Tensor]): sorted global ids of halo nodes per type.
+        halo_attrs (Dict[NodeType, Dict[str, Tensor]]): node attributes (e.g. ``time``)
+            of those halo nodes, row-aligned with ``halo``.
+    """
+
+    def __init__(self, meta: PartitionMeta, part: int, csc: Dict[EdgeType, CSC],
+                 halo: Optional[Dict[NodeType, Tensor]] = None,
+                 halo_attrs: Optional[Dict[NodeType, Dict[str, Tensor]]] = None) -> None:
+        super().__init__()
+        self.meta = meta
+        self.part = part
+        self.csc = csc
+        self.halo = halo or {}
+        self.halo_attrs = halo_attrs or {}
+        self._extra: Dict[Tuple[EdgeType, EdgeLayout], EdgeTensorType] = {}
+
+    @classmethod
+    def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalGraphStore":
+        """Loads partition ``pid`` of the partition folder ``root``."""
+        meta = io.read_meta(root)
+        folder = io.check_part(root, meta, pid)
+        graph = io.load_pt(folder / io.GRAPH_FILE, "graph file")
+        csc = {}
+        for et in meta.edge_types:
+            entry = graph.get("csc", {}).get(edge_key(et))
+            if entry is None:
+                raise PartitionFormatError(f"{folder / io.GRAPH_FILE} has no edges of type "
+                                           f"{edge_key(et)} listed in META.json")
+            csc[et] = CSC(entry["indptr"], entry["indices"], meta.node_offsets[et[2]][pid],
+                          meta.edge_offsets[et][pid])
+            _check_csc(csc[et], meta, et, pid, folder)
+        return cls(meta, pid, csc, graph.get("halo", {}), graph.get("halo_attrs", {}))
+
+    # ---- partition books -------------------------------------------------------
+    @property
+    def is_hetero(self) -> bool:
+        return self.meta.is_hetero
+
+    @property
+    def num_parts(self) -> int:
+        return self.meta.num_parts
+
+    def node_book(self, node_type: Optional[NodeType] = None) -> RangeBook:
+        return self.meta.node_book(node_type)
+
+    def edge_book(self, edge_type: Optional[EdgeType] = None) -> RangeBook:
+        return self.meta.edge_book(edge_type)
+
+    def owned_nodes(self, node_type: Optional[NodeType] = None) -> Tensor:
+        """Global ids of the nodes this partition owns."""
+        book = self.node_book(node_type)
+        return torch.arange(book.start(self.part), book.start(self.part) + book.size(self.part))
+
+    # ---- GraphStore interface --------------------------------------------------
+    def get_all_edge_attrs(self) -> List[EdgeAttr]:
+        attrs = [EdgeAttr(et, EdgeLayout.CSC, True,
+                          (self.meta.num_nodes[et[0]], self.csc[et].num_dst))
+                 for et in self.meta.edge_types]
+        attrs += [EdgeAttr(et, layout) for (et, layout) in self._extra]
+        return attrs
+
+    def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
+        key = (edge_type_of(edge_attr.edge_type), EdgeLayout(edge_attr.layout))
+        if key[0] in self.csc:
+            raise ValueError(f"edge type {key[0]} is part of the partition and read-only")
+        self._extra[key] = edge_index
+        return True
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[EdgeTensorType]:
+        """Stored edges with global ids.
+
+        ``CSC`` gives ``(row, colptr)`` where ``row`` holds global source ids and
+        column ``j`` is global destination ``node_offsets[part] + j``; ``COO`` gives
+        global ``(src, dst)``. Both list edges in global edge id order.
+        """
+        edge_type = edge_type_of(edge_attr.edge_type)
+        layout = EdgeLayout(edge_attr.layout)
+        if (edge_type, layout) in self._extra:
+            return self._extra[(edge_type, layout)]
+        if edge_type not in self.csc:
+            return None
+        csc = self.csc[edge_type]
+        if layout == EdgeLayout.CSC:
+            return csc.indices, csc.indptr
+        if layout == EdgeLayout.COO:
+            return csc.coo()
+        raise NotImplementedError("LocalGraphStore stores in-edges (CSC); a CSR view of a "
+                                  "partition would need the out-edges of halo nodes")
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        key = (edge_type_of(edge_attr.edge_type), EdgeLayout(edge_attr.layout))
+        return self._extra.pop(key, None) is not None
+
+    def share_memory_(self) -> "LocalGraphStore":
+        """Moves the stored tensors to shared memory (for sampler worker processes)."""
+        for csc in self.csc.values():
+            csc.indptr.share_memory_()
+            csc.indices.share_memory_()
+        return self
+
+    def __repr__(self) -> str:
+        edges = sum(c.num_edges for c in self.csc.values())
+        return (f"LocalGraphStore(part={self.part}/{self.num_parts}, "
+                f"edge_types={len(self.csc)}, edges={edges})")
+
+
+def _check_csc(csc: CSC, meta: PartitionMeta, et: EdgeType, pid: int, folder: Path) -> None:
+    owned = meta.node_offsets[et[2]][pid + 1] - meta.node_offsets[et[2]][pid]
+    edges = meta.edge_offsets[et][pid + 1] - meta.edge_offsets[et][pid]
+    if csc.num_dst != owned or csc.num_edges != edges or int(csc.indptr[-1]) != edges:
+        raise PartitionFormatError(
+            f"{folder / io.GRAPH_FILE}: edges of type {edge_key(et)} do not match META.json "
+            f"({csc.num_dst} destinations / {csc.num_edges} edges stored, expected "
+            f"{owned} / {edges})")

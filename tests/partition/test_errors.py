@@ -1,0 +1,130 @@
+"""Bad input gets a clear error naming the problem; writes are atomic; loads are safe."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
+from pyg_dist.cli.partition import main
+from pyg_dist.partition import io
+
+
+@pytest.fixture(scope="module")
+def cora_parts(cora, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cora2") / "parts"
+    Partitioner(cora, 2, root, progress=False).generate()
+    return root
+
+
+def _cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple:
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def test_cli_bad_inputs(planetoid_root: Path, tmp_path: Path, capsys) -> None:
+    cases = [
+        (["--dataset", "Nope", "--root", str(planetoid_root)], "unknown dataset 'Nope'"),
+        (["--dataset", "Cora", "--root", str(tmp_path / "missing")], "does not exist"),
+        (["--dataset", "Cora"], "--root is required"),
+        (["--dataset", "CiteSeer", "--root", str(planetoid_root)], "ind.citeseer.x is missing"),
+    ]
+    for extra, message in cases:
+        code, err = _cli(capsys, *extra, "--num-parts", "2", "--out", str(tmp_path / "o"))
+        assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    for parts, message in (("0", "--num-parts must be >= 1"), ("5000", "larger than")):
+        code, err = _cli(capsys, "--dataset", "Cora", "--root", str(planetoid_root),
+                         "--num-parts", parts, "--out", str(tmp_path / "o"))
+        assert code == 2 and message in err, err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("user data")
+    code, err = _cli(capsys, "--dataset", "Cora", "--root", str(planetoid_root),
+                     "--num-parts", "2", "--out", str(tmp_path / "full"))
+    assert code == 2 and "not empty" in err and "--overwrite" in err
+    assert (tmp_path / "full" / "keep.txt").read_text() == "user data"
+
+
+def test_cli_partitions_and_prints_table(planetoid_root: Path, tmp_path: Path, capsys) -> None:
+    code = main(["--dataset", "cora", "--root", str(planetoid_root), "--num-parts", "2",
+                 "--out", str(tmp_path / "o"), "--quiet", "--method", "random", "--seed", "3"])
+    out = capsys.readouterr().out
+    assert code == 0 and "cut %" in out and len(out.strip().splitlines()) == 4
+    meta = io.read_meta(tmp_path / "o")
+    assert meta.method == "random" and meta.seed == 3 and meta.num_nodes == {"_N": 2708}
+
+
+def test_cli_saved_graph_file(cora, hetero_graph, tmp_path: Path, capsys) -> None:
+    for name, graph in (("homo.pt", cora), ("hetero.pt", hetero_graph)):
+        torch.save(graph, tmp_path / name)
+        code = main(["--dataset", str(tmp_path / name), "--num-parts", "2", "--quiet",
+                     "--out", str(tmp_path / f"out_{name}")])
+        assert code == 0, capsys.readouterr().err
+        assert io.read_meta(tmp_path / f"out_{name}").is_hetero == (name == "hetero.pt")
+
+
+def test_refuses_wrong_version_and_missing_files(cora_parts: Path, tmp_path: Path) -> None:
+    import shutil
+    root = tmp_path / "copy"
+    shutil.copytree(cora_parts, root)
+    meta = json.loads((root / "META.json").read_text())
+    (root / "META.json").write_text(json.dumps({**meta, "version": 99}))
+    with pytest.raises(PartitionFormatError, match="version 99"):
+        LocalGraphStore.from_partition(root, 0)
+    (root / "META.json").write_text(json.dumps({**meta, "format": "dgl"}))
+    with pytest.raises(PartitionFormatError, match="not a pyg_dist partition"):
+        LocalFeatureStore.from_partition(root, 0)
+    (root / "META.json").write_text(json.dumps({k: v for k, v in meta.items()
+                                                if k != "node_offsets"}))
+    with pytest.raises(PartitionFormatError, match="node_offsets"):
+        LocalGraphStore.from_partition(root, 0)
+    (root / "META.json").write_text(json.dumps(meta))
+    (root / "part_1" / "node_feats.pt").unlink()
+    with pytest.raises(PartitionFormatError, match="part_1 is missing node_feats.pt"):
+        LocalFeatureStore.from_partition(root, 1)
+    with pytest.raises(ValueError, match="partition id 2 is out of range"):
+        LocalGraphStore.from_partition(root, 2)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        LocalGraphStore.from_partition(tmp_path / "nowhere", 0)
+
+
+def test_refuses_files_that_would_run_code(cora_parts: Path, tmp_path: Path) -> None:
+    import shutil
+    root = tmp_path / "copy"
+    shutil.copytree(cora_parts, root)
+    torch.save({"csc": {}, "payload": Path("x")}, root / "part_0" / "graph.pt")
+    with pytest.raises(PartitionFormatError, match="weights_only=True"):
+        LocalGraphStore.from_partition(root, 0)
+
+
+def test_feature_store_rejects_ids_it_does_not_own(cora_parts: Path) -> None:
+    fs = LocalFeatureStore.from_partition(cora_parts, 0)
+    gs = LocalGraphStore.from_partition(cora_parts, 0)
+    first_foreign = gs.node_book().start(1)
+    with pytest.raises(ValueError, match="does not own"):
+        fs.get_tensor(None, "x", torch.tensor([0, first_foreign]))
+    with pytest.raises(KeyError, match="no attribute 'nope'|unknown"):
+        fs.tensor("_N", "nope")
+    rows = fs.get_tensor(None, "x", torch.tensor([1, 0]))
+    assert torch.equal(rows, fs.get_tensor(None, "x", None)[[1, 0]])
+    fs.put_tensor(torch.ones(2, rows.size(1)), None, "x", torch.tensor([0, 1]))
+    assert bool((fs.get_tensor(None, "x", torch.tensor([0, 1])) == 1).all())
+
+
+def test_crash_leaves_no_half_written_folder(cora, tmp_path: Path, monkeypatch) -> None:
+    calls = {"n": 0}
+    real_save = io.save_pt
+
+    def failing_save(obj, path):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise OSError("disk full (simulated)")
+        real_save(obj, path)
+
+    monkeypatch.setattr(io, "save_pt", failing_save)
+    with pytest.raises(OSError, match="simulated"):
+        Partitioner(cora, 2, tmp_path / "out", progress=False).generate()
+    assert not (tmp_path / "out").exists()
+    assert list(tmp_path.iterdir()) == []
