@@ -72,6 +72,8 @@ class LocalGraphStore(GraphStore):
         self.halo = halo or {}
         self.halo_attrs = halo_attrs or {}
         self._extra: Dict[Tuple[EdgeType, EdgeLayout], EdgeTensorType] = {}
+        self._node_books = {t: meta.node_book(t) for t in meta.node_types}
+        self._edge_books = {t: meta.edge_book(t) for t in meta.edge_types}
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalGraphStore":
@@ -100,10 +102,12 @@ class LocalGraphStore(GraphStore):
         return self.meta.num_parts
 
     def node_book(self, node_type: Optional[NodeType] = None) -> RangeBook:
-        return self.meta.node_book(node_type)
+        """The partition book of a node type (``None`` for homogeneous graphs)."""
+        return self._node_books[self.meta.node_type(node_type)]
 
     def edge_book(self, edge_type: Optional[EdgeType] = None) -> RangeBook:
-        return self.meta.edge_book(edge_type)
+        """The partition book of an edge type (``None`` for homogeneous graphs)."""
+        return self._edge_books[self.meta.edge_type(edge_type)]
 
     def owned_nodes(self, node_type: Optional[NodeType] = None) -> Tensor:
         """Global ids of the nodes this partition owns."""

@@ -1,0 +1,99 @@
+"""``DistContext``: who this process is in the job, read from torchrun's environment."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import List, Mapping, Optional
+
+DEFAULT_RPC_TIMEOUT_S = 120.0
+
+
+def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
+    value = env.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {key}={value!r} is not an integer") from exc
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in a distributed job.
+
+    Ranks are assigned to partitions in contiguous blocks: with ``world_size``
+    trainers and ``num_parts`` partitions, ranks ``[p * k, (p + 1) * k)`` serve
+    partition ``p`` where ``k = world_size // num_parts`` (so one ``torchrun`` per
+    machine with ``--nproc-per-node=k`` loads partition ``node_rank``).
+
+    Args:
+        rank (int): global rank (``RANK``).
+        world_size (int): number of trainer processes (``WORLD_SIZE``).
+        local_rank (int): rank on this machine (``LOCAL_RANK``).
+        local_world_size (int): trainers on this machine (``LOCAL_WORLD_SIZE``).
+        group_rank (int): machine (node) rank (``GROUP_RANK``).
+        master_addr (str): rendezvous host (``MASTER_ADDR``).
+        master_port (int): rendezvous port (``MASTER_PORT``).
+        rpc_timeout (float): seconds before an RPC to a peer is declared failed.
+    """
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    group_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+        if self.rpc_timeout <= 0:
+            raise ValueError(f"rpc_timeout must be positive, got {self.rpc_timeout}")
+
+    @classmethod
+    def from_env(cls, rpc_timeout: Optional[float] = None,
+                 env: Optional[Mapping[str, str]] = None) -> "DistContext":
+        """Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+        ``GROUP_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (as set by ``torchrun``).
+
+        Without them (a plain ``python script.py``) the context is a single process:
+        rank 0 of 1, no RPC. ``PYG_DIST_RPC_TIMEOUT`` sets the RPC timeout.
+        """
+        env = os.environ if env is None else env
+        world = _env_int(env, "WORLD_SIZE", 1)
+        local_world = _env_int(env, "LOCAL_WORLD_SIZE", world)
+        timeout = rpc_timeout if rpc_timeout is not None else float(
+            env.get("PYG_DIST_RPC_TIMEOUT", DEFAULT_RPC_TIMEOUT_S))
+        return cls(rank=_env_int(env, "RANK", 0), world_size=world,
+                   local_rank=_env_int(env, "LOCAL_RANK", 0), local_world_size=local_world,
+                   group_rank=_env_int(env, "GROUP_RANK", 0),
+                   master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                   master_port=_env_int(env, "MASTER_PORT", 29500), rpc_timeout=timeout)
+
+    def with_timeout(self, rpc_timeout: float) -> "DistContext":
+        return replace(self, rpc_timeout=rpc_timeout)
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    def _per_part(self, num_parts: int) -> int:
+        if num_parts < 1 or self.world_size % num_parts != 0:
+            raise ValueError(f"world_size={self.world_size} trainers cannot be spread evenly over "
+                             f"{num_parts} partition(s): use a multiple of {num_parts} processes")
+        return self.world_size // num_parts
+
+    def partition_of(self, rank: int, num_parts: int) -> int:
+        """The partition served by ``rank``."""
+        return rank // self._per_part(num_parts)
+
+    def partition_id(self, num_parts: int) -> int:
+        """The partition this process loads and serves."""
+        return self.partition_of(self.rank, num_parts)
+
+    def ranks_of(self, part: int, num_parts: int) -> List[int]:
+        """The ranks that serve partition ``part``."""
+        k = self._per_part(num_parts)
+        return list(range(part * k, (part + 1) * k))

@@ -1,0 +1,153 @@
+"""Running a function on several local processes the way ``torchrun`` would.
+
+The parent hosts the rendezvous store (like torchrun's agent) and gives every child
+torchrun's environment variables. Every child's exit code is checked, a failing
+child's traceback is shown, and nothing outlives the timeout.
+"""
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing as mp
+import os
+import queue
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RanksFailed(RuntimeError):
+    """One or more ranks raised, died, or did not finish in time."""
+
+
+@dataclass
+class _Outcome:
+    rank: int
+    ok: bool
+    value: Any = None
+    error: str = ""
+
+
+def torchrun_env(rank: int, world_size: int, port: int, nodes: int = 1) -> Dict[str, str]:
+    """The environment torchrun gives rank ``rank`` (``nodes`` machines, equal sizes)."""
+    per_node = world_size // nodes
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+            "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank % per_node),
+            "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(rank // per_node),
+            "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1"}
+
+
+def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
+           results: "mp.Queue[_Outcome]", timeout: float) -> None:
+    os.environ.update(env)
+    rank = int(env["RANK"])
+    # dump every thread's stack shortly before the parent gives up on us
+    faulthandler.dump_traceback_later(max(timeout - 5, 1), exit=False)
+    try:
+        value = fn(*args)
+    except BaseException:
+        results.put(_Outcome(rank, False, error=traceback.format_exc()))
+        results.close()
+        results.join_thread()  # flush before the hard exit below
+        sys.stderr.flush()
+        os._exit(1)
+    results.put(_Outcome(rank, True, value=value))
+    results.close()
+    results.join_thread()
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
+              nodes: int = 1, extra_env: Optional[Dict[str, str]] = None,
+              may_die: Sequence[int] = ()) -> List[Any]:
+    """Runs ``fn(*args)`` in ``world_size`` fresh processes; returns their results by rank.
+
+    Args:
+        fn: a picklable (module-level) function; reads its rank from ``RANK``.
+        world_size: number of processes.
+        timeout: seconds for the whole run; then every child is killed.
+        nodes: simulated machines (sets ``GROUP_RANK``/``LOCAL_RANK`` like torchrun).
+        extra_env: more environment variables for the children.
+        may_die: ranks a test kills on purpose; their result is ``None``.
+
+    Raises:
+        RanksFailed: naming each rank that raised (with its traceback), died with an
+            exit code, or was still running at the timeout.
+    """
+    import torch.distributed as dist
+
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
+                          timeout=timedelta(seconds=timeout), wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    results: "mp.Queue[_Outcome]" = ctx.Queue()
+    procs = []
+    for rank in range(world_size):
+        env = {**torchrun_env(rank, world_size, port, nodes), **(extra_env or {})}
+        proc = ctx.Process(target=_child, args=(fn, env, args, results, timeout),
+                           name=f"rank{rank}", daemon=False)
+        proc.start()
+        procs.append(proc)
+    try:
+        outcomes = _collect(procs, results, timeout, set(may_die))
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+        del store
+    return [outcomes[r].value for r in range(world_size)]
+
+
+def _collect(procs: List[Any], results: "mp.Queue[_Outcome]", timeout: float,
+             may_die: set) -> Dict[int, _Outcome]:
+    deadline = time.monotonic() + timeout
+    outcomes: Dict[int, _Outcome] = {}
+    failed_at: Optional[float] = None
+    while len(outcomes) < len(procs):
+        try:
+            out = results.get(timeout=0.2)
+            outcomes[out.rank] = out
+            if not out.ok and failed_at is None:
+                failed_at = time.monotonic()
+        except queue.Empty:
+            pass
+        for rank, proc in enumerate(procs):
+            if rank not in outcomes and proc.exitcode is not None and _drained(results, outcomes):
+                if rank in may_die:
+                    outcomes.setdefault(rank, _Outcome(rank, True))
+                    continue
+                outcomes.setdefault(rank, _Outcome(rank, False, error=f"exited with code "
+                                                   f"{proc.exitcode} without a result"))
+                failed_at = failed_at or time.monotonic()
+        now = time.monotonic()
+        if now > deadline or (failed_at is not None and now > failed_at + 30):
+            break
+    errors = [o for o in outcomes.values() if not o.ok]
+    missing = [r for r in range(len(procs)) if r not in outcomes]
+    if errors or missing:
+        lines = [f"--- rank {o.rank} failed:\n{o.error}" for o in sorted(errors, key=lambda o: o.rank)]
+        if missing:
+            lines.append(f"--- rank(s) {missing} still running after "
+                         f"{'the timeout' if failed_at is None else 'another rank failed'}; killed")
+        raise RanksFailed("\n".join(lines))
+    return outcomes
+
+
+def _drained(results: "mp.Queue[_Outcome]", outcomes: Dict[int, _Outcome]) -> bool:
+    """Reads results that are already queued; True once nothing more is waiting."""
+    while True:
+        try:
+            out = results.get(timeout=0.5)
+        except queue.Empty:
+            return True
+        outcomes[out.rank] = out
