@@ -9,6 +9,7 @@ from __future__ import annotations
 import faulthandler
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import sys
@@ -61,7 +62,8 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
         results.join_thread()  # flush before the hard exit below
         sys.stderr.flush()
         os._exit(1)
-    results.put(_Outcome(rank, True, value=value))
+    # plain pickle: tensors travel by value, not as shared-memory handles that die with us
+    results.put(_Outcome(rank, True, value=pickle.dumps(value)))
     results.close()
     results.join_thread()
 
@@ -105,7 +107,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
                 proc.kill()
             proc.join(5)
         del store
-    return [outcomes[r].value for r in range(world_size)]
+    return [None if outcomes[r].value is None else pickle.loads(outcomes[r].value)
+            for r in range(world_size)]
 
 
 def _collect(procs: List[Any], results: "mp.Queue[_Outcome]", timeout: float,

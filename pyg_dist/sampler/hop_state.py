@@ -1,0 +1,138 @@
+"""The growing computation graph of one minibatch: dedupe, relabel, frontier, edges.
+
+Pure bookkeeping (no RPC): the sampler feeds it each hop's neighbours and reads
+the next frontier. In disjoint mode a node is identified by ``(subtree, id)``,
+encoded as ``subtree << 40 | id`` so one hash map per node type serves both modes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_dist.sampler.node_index import NodeIndex
+from pyg_dist.sampler.types import SampledSubgraph
+from pyg_dist.typing import EdgeType, NodeType
+
+ID_BITS = 40
+ID_MASK = (1 << ID_BITS) - 1
+
+
+@dataclass
+class Frontier:
+    """Nodes of one type added in the previous hop."""
+    ids: Tensor          # global ids
+    local: Tensor        # positions in the type's node list
+    batch: Optional[Tensor]  # subtree of each node (disjoint mode)
+    time: Optional[Tensor]   # seed time of each node's subtree (temporal mode)
+
+
+class HopState:
+    """Nodes seen so far (per type), the current frontier and the sampled edges.
+
+    Args:
+        seeds: global seed ids per node type (unique unless ``disjoint``).
+        disjoint: identify nodes per subtree; seed ``i`` of every type starts
+            subtree ``i``.
+        seed_time: time of each seed (temporal sampling).
+        capacity_hint: expected nodes per type (sizes the hash maps).
+    """
+
+    def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
+                 seed_time: Optional[Dict[NodeType, Tensor]] = None,
+                 capacity_hint: int = 1024) -> None:
+        self.disjoint = disjoint
+        self.index: Dict[NodeType, NodeIndex] = {}
+        self.frontier: Dict[NodeType, Frontier] = {}
+        self.num_nodes: Dict[NodeType, List[int]] = {}
+        self.rows: Dict[EdgeType, List[Tensor]] = {}
+        self.cols: Dict[EdgeType, List[Tensor]] = {}
+        self.eids: Dict[EdgeType, List[Tensor]] = {}
+        self.num_edges: Dict[EdgeType, List[int]] = {}
+        self.hops_done = 0
+        self.capacity_hint = capacity_hint
+        self.subtree_time = _subtree_time(seed_time)
+        for node_type, ids in seeds.items():
+            batch = torch.arange(ids.numel()) if disjoint else None
+            self.index[node_type] = NodeIndex(max(capacity_hint, ids.numel()))
+            self.index[node_type].insert(self._keys(ids, batch))
+            self.num_nodes[node_type] = [ids.numel()]
+            self.frontier[node_type] = Frontier(ids, torch.arange(ids.numel()), batch,
+                                                self._time_of(batch))
+
+    def _keys(self, ids: Tensor, batch: Optional[Tensor]) -> Tensor:
+        return ids if batch is None else (batch << ID_BITS) | ids
+
+    def _time_of(self, batch: Optional[Tensor]) -> Optional[Tensor]:
+        if self.subtree_time is None or batch is None:
+            return None
+        return self.subtree_time[batch]
+
+    def add_edges(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
+                  batch: Optional[Tensor]) -> None:
+        """Records sampled edges ``nbrs -> node col`` (``col`` indexes ``edge_type[2]``).
+
+        ``batch`` is the subtree of each edge's destination (disjoint mode).
+        """
+        src_type = edge_type[0]
+        if src_type not in self.index:
+            self.index[src_type] = NodeIndex(max(self.capacity_hint, nbrs.numel()))
+            self.num_nodes[src_type] = [0] * (self.hops_done + 1)
+        row = self.index[src_type].insert(self._keys(nbrs, batch))
+        self.rows.setdefault(edge_type, []).append(row)
+        self.cols.setdefault(edge_type, []).append(col)
+        self.eids.setdefault(edge_type, []).append(eids)
+
+    def end_hop(self, sampled: Dict[EdgeType, int]) -> None:
+        """Closes a hop: the nodes added during it become the next frontier.
+
+        ``sampled`` holds the number of edges sampled per edge type (every type).
+        """
+        for edge_type, n in sampled.items():
+            self.num_edges.setdefault(edge_type, []).append(n)
+        self.hops_done += 1
+        self.frontier = {}
+        for node_type, index in self.index.items():
+            before = sum(self.num_nodes[node_type])
+            added = len(index) - before
+            self.num_nodes[node_type].append(added)
+            if added == 0:
+                continue
+            keys = index.keys[before:]
+            ids, batch = (keys & ID_MASK, keys >> ID_BITS) if self.disjoint else (keys, None)
+            self.frontier[node_type] = Frontier(ids, torch.arange(before, len(index)), batch,
+                                                self._time_of(batch))
+
+    def output(self, edge_types: List[EdgeType]) -> SampledSubgraph:
+        """The sampled subgraph with every edge type present (possibly empty)."""
+        empty = torch.empty(0, dtype=torch.long)
+        node, batch = {}, ({} if self.disjoint else None)
+        for node_type, index in self.index.items():
+            keys = index.keys
+            node[node_type] = keys & ID_MASK if self.disjoint else keys
+            if batch is not None:
+                batch[node_type] = keys >> ID_BITS
+
+        def cat(parts: Dict[EdgeType, List[Tensor]], t: EdgeType) -> Tensor:
+            return torch.cat(parts[t]) if t in parts else empty
+
+        hops = self.hops_done
+        return SampledSubgraph(
+            node=node, row={t: cat(self.rows, t) for t in edge_types},
+            col={t: cat(self.cols, t) for t in edge_types},
+            edge={t: cat(self.eids, t) for t in edge_types}, batch=batch,
+            num_sampled_nodes=dict(self.num_nodes),
+            num_sampled_edges={t: self.num_edges.get(t, [0] * hops) for t in edge_types})
+
+
+def _subtree_time(seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:
+    """Time of every subtree: the seed time of its seeds (all seed types agree)."""
+    if not seed_time:
+        return None
+    size = max(t.numel() for t in seed_time.values())
+    out = torch.zeros(size, dtype=torch.long)
+    for value in sorted(seed_time.values(), key=lambda t: t.numel()):
+        out[:value.numel()] = value
+    return out

@@ -1,0 +1,169 @@
+"""Link-level sampling: seed edges, negative sampling, and the label metadata.
+
+Follows PyG's ``LinkNeighborLoader`` semantics: ``binary`` negatives are random
+``(src, dst)`` pairs labelled 0; ``triplet`` negatives are random destinations per
+positive. Unlike PyG, negatives that are real edges are re-drawn (a few rounds).
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+
+from pyg_dist.rpc import callee, served
+from pyg_dist.typing import EdgeType, NodeType
+
+if TYPE_CHECKING:
+    from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, Output
+
+NEGATIVE_ROUNDS = 3
+
+
+@dataclass
+class LinkSeeds:
+    """Seed nodes of a link batch and how labels index into them."""
+    seeds: Dict[NodeType, Tensor]
+    seed_time: Optional[Dict[NodeType, Tensor]]
+    metadata: tuple
+
+
+def has_edges(sampler_local, edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
+    """Which ``(src, dst)`` pairs are edges; ``dst`` must be owned by this partition."""
+    csc = sampler_local.graph.csc[edge_type]
+    col = sampler_local.graph.node_book(edge_type[2]).to_local(sampler_local.graph.part, dst)
+    start, deg = csc.indptr[col], csc.indptr[col + 1] - csc.indptr[col]
+    query = torch.repeat_interleave(torch.arange(col.numel()), deg)
+    offsets = torch.arange(query.numel()) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
+    hit = csc.indices[start[query] + offsets] == src[query]
+    out = torch.zeros(col.numel(), dtype=torch.bool)
+    out[query[hit]] = True
+    return out
+
+
+@callee("sampler.has_edges")
+def _serve_has_edges(edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
+    return has_edges(served("sampler"), edge_type, src, dst)
+
+
+async def _edge_mask(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Tensor,
+                     dst: Tensor) -> Tensor:
+    out = torch.zeros(src.numel(), dtype=torch.bool)
+    futures, positions = [], []
+    for part, pos in sampler._by_owner(edge_type[2], dst):
+        if part == sampler.group.part:
+            out[pos] = has_edges(sampler.local, edge_type, src[pos], dst[pos])
+            continue
+        futures.append(sampler.group.call_async(sampler.group.route(part), "sampler.has_edges",
+                                                edge_type, src[pos], dst[pos]))
+        positions.append(pos)
+    for pos, mask in zip(positions, await asyncio.gather(*futures)):
+        out[pos] = mask
+    return out
+
+
+def _draw(num: int, num_nodes: int, weight: Optional[Tensor]) -> Tensor:
+    if weight is not None:
+        return torch.multinomial(weight.float(), num, replacement=True)
+    return torch.randint(0, num_nodes, (num,))
+
+
+async def negatives(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Tensor,
+                    num_dst_per_src: int, neg: NegativeSampling) -> Tuple[Tensor, Tensor]:
+    """Random ``(src, dst)`` non-edges: ``src`` given (or drawn if empty), ``dst`` drawn.
+
+    Pairs that turn out to be edges are re-drawn up to :data:`NEGATIVE_ROUNDS` times
+    (on dense graphs a few may remain, as in PyG).
+    """
+    n_dst = sampler.meta.num_nodes[edge_type[2]]
+    src = src.repeat_interleave(num_dst_per_src)
+    dst = _draw(src.numel(), n_dst, neg.dst_weight)
+    for _ in range(NEGATIVE_ROUNDS):
+        bad = await _edge_mask(sampler, edge_type, src, dst)
+        if not bool(bad.any()):
+            break
+        dst[bad] = _draw(int(bad.sum()), n_dst, neg.dst_weight)
+    return src, dst
+
+
+def _input_edge_type(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput) -> EdgeType:
+    if inputs.input_type is None and sampler.is_hetero:
+        raise ValueError("heterogeneous graph: the link input needs an input_type (edge type)")
+    return sampler.meta.edge_type(inputs.input_type)
+
+
+async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
+                     neg: Optional[NegativeSampling]) -> LinkSeeds:
+    """Positive and negative endpoints as seeds, plus PyG's link metadata."""
+    edge_type = _input_edge_type(sampler, inputs)
+    src, dst, label, time = inputs.row, inputs.col, inputs.label, inputs.time
+    sampler.graph.node_book(edge_type[0]).check(src)
+    sampler.graph.node_book(edge_type[2]).check(dst)
+    num_pos = src.numel()
+    src_time = dst_time = time
+    if neg is not None and neg.is_binary():
+        num_neg = math.ceil(num_pos * neg.amount)
+        n_src = sampler.meta.num_nodes[edge_type[0]]
+        neg_src = _draw(num_neg, n_src, neg.src_weight)
+        neg_src, neg_dst = await negatives(sampler, edge_type, neg_src, 1, neg)
+        src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
+        label = torch.ones(num_pos) if label is None else label
+        label = torch.cat([label, label.new_zeros((num_neg, *label.shape[1:]))])
+        if time is not None:
+            src_time = dst_time = time.repeat(1 + math.ceil(neg.amount))[:num_pos + num_neg]
+    elif neg is not None and neg.is_triplet():
+        if label is not None:
+            raise ValueError("triplet negative sampling does not take edge labels")
+        _, neg_dst = await negatives(sampler, edge_type, inputs.row, int(neg.amount), neg)
+        neg_dst = neg_dst.view(num_pos, -1).t().reshape(-1)  # grouped by round, like PyG
+        dst = torch.cat([dst, neg_dst])
+        if time is not None:
+            dst_time = time.repeat(1 + int(neg.amount))
+    return _assemble(sampler, edge_type, inputs, src, dst, label, src_time, dst_time, neg,
+                     num_pos)
+
+
+def _assemble(sampler: "DistNeighborSampler", edge_type: EdgeType, inputs: EdgeSamplerInput,
+              src: Tensor, dst: Tensor, label: Optional[Tensor], src_time: Optional[Tensor],
+              dst_time: Optional[Tensor], neg: Optional[NegativeSampling],
+              num_pos: int) -> LinkSeeds:
+    disjoint = sampler.config.disjoint
+    same = edge_type[0] == edge_type[2]
+    if same:
+        seed = torch.cat([src, dst])
+        seed, inverse = (seed, torch.arange(seed.numel())) if disjoint else \
+            torch.unique(seed, return_inverse=True)
+        inv_src, inv_dst = inverse[:src.numel()], inverse[src.numel():]
+        seeds = {edge_type[0]: seed}
+        times = None if src_time is None else {edge_type[0]: torch.cat([src_time, dst_time])}
+    else:
+        (s, inv_src), (d, inv_dst) = [
+            (x, torch.arange(x.numel())) if disjoint else torch.unique(x, return_inverse=True)
+            for x in (src, dst)]
+        seeds = {edge_type[0]: s, edge_type[2]: d}
+        times = None if src_time is None else {edge_type[0]: src_time, edge_type[2]: dst_time}
+    if neg is not None and neg.is_triplet():
+        dst_neg = inv_dst[num_pos:].view(-1, num_pos).t().squeeze(-1)
+        meta = (inputs.input_id, inv_src, inv_dst[:num_pos], dst_neg, src_time)
+    else:
+        meta = (inputs.input_id, torch.stack([inv_src, inv_dst]), label, src_time)
+    return LinkSeeds(seeds, times, meta)
+
+
+async def sample_links(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
+                       neg: Optional[NegativeSampling]) -> "Output":
+    """Samples the neighbourhoods of a batch of seed edges (and negatives)."""
+    if neg is None and inputs.neg_sampling is not None:
+        neg = inputs.neg_sampling
+    if inputs.time is not None and not sampler.config.disjoint:
+        raise ValueError("edge label times need a temporal sampler (time_attr set)")
+    link = await link_seeds(sampler, inputs, neg)
+    sub = await sampler.sample_subgraph(link.seeds, link.seed_time)
+    if sub.batch is not None:
+        num_pos = inputs.row.numel()
+        sub.batch = {t: b % num_pos for t, b in sub.batch.items()}
+    return sampler.to_pyg(sub, metadata=link.metadata)

@@ -1,0 +1,135 @@
+"""``LocalSampler``: one-hop sampling on the partition this process holds.
+
+Used for the seeds this process owns and, as the RPC callee ``sampler.hop``, for
+the seeds peers send here. Per-edge time and weight arrays are derived once and
+cached.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_dist.rpc import callee, served
+from pyg_dist.sampler.kernels import sample_one_hop
+from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.typing import EdgeType, edge_key
+
+
+class LocalSampler:
+    """Samples in-edges of owned nodes of one partition.
+
+    Args:
+        graph (LocalGraphStore): the partition's edges.
+        features (LocalFeatureStore): its attributes (edge weights, node/edge time).
+    """
+
+    def __init__(self, graph: LocalGraphStore, features: LocalFeatureStore) -> None:
+        self.graph = graph
+        self.features = features
+        self._cache: Dict[Tuple[str, EdgeType, str], Tensor] = {}
+        self._lock = threading.Lock()
+
+    def hop(self, request: HopRequest) -> HopResponse:
+        """Runs one hop for every edge type of the request."""
+        counts, nbrs, eids = [], [], []
+        for i, edge_type in enumerate(request.edge_types):
+            c, n, e = self.sample(edge_type, request.seeds[i], request.fanouts[i],
+                                  request.replace, request.rng_seed + i,
+                                  request.seed_time[i], request.time_attr,
+                                  request.temporal_strategy, request.weight_attr)
+            counts.append(c), nbrs.append(n), eids.append(e)
+        return HopResponse(counts, nbrs, eids)
+
+    def sample(self, edge_type: EdgeType, seeds: Tensor, fanout: int, replace: bool,
+               rng_seed: int, seed_time: Optional[Tensor] = None,
+               time_attr: Optional[str] = None, strategy: str = "uniform",
+               weight_attr: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
+        """Neighbours of owned global ``seeds`` over ``edge_type``.
+
+        Returns:
+            ``(counts, nbrs, eids)``: neighbours per seed, their global ids and the
+            global ids of the sampled edges.
+        """
+        csc = self.graph.csc[edge_type]
+        local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)
+        weights = self.edge_weight(edge_type, weight_attr) if weight_attr else None
+        edge_time = self.edge_time(edge_type, time_attr) if time_attr else None
+        counts, nbrs, pos = sample_one_hop(
+            csc.indptr, csc.indices, local, fanout, replace, rng_seed, weights=weights,
+            edge_time=edge_time, seed_time=seed_time if time_attr else None,
+            temporal_strategy=strategy)
+        return counts, nbrs, pos + csc.edge_offset
+
+    def edge_weight(self, edge_type: EdgeType, attr: str) -> Tensor:
+        """Sampling weights of the stored edges (float64, CSC order)."""
+        def build() -> Tensor:
+            if not self.features.has(edge_type, attr):
+                raise KeyError(f"weight_attr '{attr}' is not an edge attribute of "
+                               f"{edge_key(edge_type)}")
+            w = self.features.tensor(edge_type, attr).to(torch.float64).view(-1)
+            if w.numel() and float(w.min()) < 0:
+                raise ValueError(f"edge weights '{attr}' of {edge_key(edge_type)} are negative")
+            return w
+        return self._cached("weight", edge_type, attr, build)
+
+    def edge_time(self, edge_type: EdgeType, attr: str) -> Tensor:
+        """Time of every stored edge (int64, CSC order): the edge's own time if
+        ``attr`` is an edge attribute, else the time of its source node."""
+        def build() -> Tensor:
+            if self.features.has(edge_type, attr):
+                return self.features.tensor(edge_type, attr).long().view(-1)
+            return self._source_time(edge_type, attr)
+        return self._cached("time", edge_type, attr, build)
+
+    def _source_time(self, edge_type: EdgeType, attr: str) -> Tensor:
+        src_type = edge_type[0]
+        if not self.features.has(src_type, attr):
+            raise KeyError(f"time_attr '{attr}' is neither an edge attribute of "
+                           f"{edge_key(edge_type)} nor a node attribute of '{src_type}'")
+        src = self.graph.csc[edge_type].indices
+        book = self.graph.node_book(src_type)
+        owned = book.owns(self.graph.part, src)
+        out = torch.empty(src.numel(), dtype=torch.long)
+        own_time = self.features.tensor(src_type, attr).long().view(-1)
+        out[owned] = own_time[src[owned] - book.start(self.graph.part)]
+        halo_ids = self.graph.halo.get(src_type, torch.empty(0, dtype=torch.long))
+        halo_time = self.graph.halo_attrs.get(src_type, {}).get(attr)
+        if halo_time is None and not bool(owned.all()):
+            raise KeyError(f"partition has no halo values of node attribute '{attr}' of "
+                           f"'{src_type}': re-partition with halo_attrs=('{attr}',)")
+        if halo_time is not None:
+            pos = torch.searchsorted(halo_ids, src[~owned])
+            out[~owned] = halo_time.long().view(-1)[pos]
+        return out
+
+    def _cached(self, kind: str, edge_type: EdgeType, attr: str, build) -> Tensor:
+        key = (kind, edge_type, attr)
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = build()
+            return self._cache[key]
+
+    def features_of(self, request: FeatureRequest) -> FeatureResponse:
+        """Attributes of owned node and edge ids (the callee ``sampler.features``)."""
+        out = FeatureResponse()
+        for node_type, ids in request.nodes.items():
+            out.nodes[node_type] = {a: self.features.gather(node_type, a, ids)
+                                    for a in request.node_attrs.get(node_type, [])}
+        for edge_type, ids in request.edges.items():
+            out.edges[edge_type] = {a: self.features.gather(edge_type, a, ids)
+                                    for a in request.edge_attrs.get(edge_type, [])}
+        return out
+
+
+@callee("sampler.hop")
+def _serve_hop(request: HopRequest) -> HopResponse:
+    return served("sampler").hop(request)
+
+
+@callee("sampler.features")
+def _serve_features(request: FeatureRequest) -> FeatureResponse:
+    return served("sampler").features_of(request)

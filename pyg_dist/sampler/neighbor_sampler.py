@@ -1,0 +1,232 @@
+"""``DistNeighborSampler``: multi-hop neighbour sampling over all partitions.
+
+Per hop: group the frontier by owner with the range book, send ONE request per
+remote partition carrying every edge type (all in flight at once), sample the
+owned part locally meanwhile, then merge, dedupe and relabel.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput,
+                                     NegativeSampling, NodeSamplerInput, SamplerOutput)
+
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.features import FeatureFetcher
+from pyg_dist.sampler.hop_state import HopState
+from pyg_dist.sampler.serving import serving_group
+from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, NumNeighbors,
+                                    SampledSubgraph, SamplingConfig)
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
+
+Output = Union[SamplerOutput, HeteroSamplerOutput]
+
+
+class DistNeighborSampler(BaseSampler):
+    """Samples multi-hop neighbourhoods of seeds spread over all partitions.
+
+    Args:
+        data: ``(feature_store, graph_store)`` of this rank's partition.
+        num_neighbors: fan-out per hop (a list for every edge type, or a dict by
+            edge type); ``-1`` takes all neighbours.
+        current_ctx (DistContext, optional): this process's context; RPC is joined
+            (collectively) on first use if it is not yet.
+        replace (bool): sample with replacement.
+        subgraph_type (str): only ``"directional"`` (PyG's default) is supported.
+        disjoint (bool): a separate subtree per seed.
+        temporal_strategy (str): ``"uniform"`` or ``"last"``.
+        time_attr (str, optional): node or edge attribute with time (implies
+            ``disjoint``): no sampled neighbour is newer than its seed.
+        weight_attr (str, optional): edge attribute with sampling weights.
+        seed (int, optional): random seed (default: drawn from torch's generator).
+    """
+
+    def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
+                 num_neighbors: NumNeighbors, current_ctx: Optional[DistContext] = None,
+                 replace: bool = False, subgraph_type: str = "directional",
+                 disjoint: bool = False, temporal_strategy: str = "uniform",
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
+                 seed: Optional[int] = None) -> None:
+        features, graph = _unpack(data)
+        if str(getattr(subgraph_type, "value", subgraph_type)) not in SUBGRAPH_TYPES:
+            raise NotImplementedError(f"subgraph_type={subgraph_type!r} is not supported "
+                                      f"(only 'directional')")
+        self.features, self.graph, self.meta = features, graph, graph.meta
+        self.config = SamplingConfig.build(
+            num_neighbors, self.meta.edge_types, replace=replace,
+            disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
+            time_attr=time_attr, weight_attr=weight_attr)
+        self.group, self.local = serving_group(current_ctx, features, graph)
+        self.fetcher = FeatureFetcher(self.group, self.local, self.meta)
+        base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
+        self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
+
+    @property
+    def is_hetero(self) -> bool:
+        return self.meta.is_hetero
+
+    @property
+    def num_hops(self) -> int:
+        return self.config.num_hops
+
+    # ---- the hop loop ----------------------------------------------------------------
+    async def sample_subgraph(self, seeds: Dict[NodeType, Tensor],
+                              seed_time: Optional[Dict[NodeType, Tensor]] = None
+                              ) -> SampledSubgraph:
+        """Samples around ``seeds`` (global ids per node type; unique unless disjoint)."""
+        for node_type, ids in seeds.items():
+            self.graph.node_book(node_type).check(ids)
+        if self.config.is_temporal and seed_time is None:
+            seed_time = await self._node_time(seeds)
+        fan = max(max(f) for f in self.config.num_neighbors.values())
+        hint = sum(s.numel() for s in seeds.values()) * (1 + max(fan, 1)) ** min(self.num_hops, 2)
+        state = HopState(seeds, self.config.disjoint, seed_time,
+                         capacity_hint=min(hint, max(self.meta.num_nodes.values())))
+        for hop in range(self.num_hops):
+            plan = self._plan(hop, state)
+            responses = await self._run_hop(plan)
+            self._merge(state, plan, responses)
+        return state.output(list(self.meta.edge_types))
+
+    def _plan(self, hop: int, state: HopState) -> Dict[int, Tuple[HopRequest, List[tuple]]]:
+        """Splits the frontier by owner: per partition, a request and where rows go."""
+        plan: Dict[int, Tuple[HopRequest, List[tuple]]] = {}
+        rng_seed = int(self._rng.integers(0, 2**62))
+        for edge_type in self.meta.edge_types:
+            fanout = self.config.num_neighbors[edge_type][hop]
+            front = state.frontier.get(edge_type[2])
+            if fanout == 0 or front is None:
+                continue
+            for part, pos in self._by_owner(edge_type[2], front.ids):
+                req, where = plan.setdefault(part, (self._request(rng_seed + 7919 * part), []))
+                req.edge_types.append(edge_type)
+                req.seeds.append(front.ids[pos])
+                req.fanouts.append(fanout)
+                req.seed_time.append(front.time[pos] if front.time is not None else None)
+                where.append((edge_type, front.local[pos],
+                              front.batch[pos] if front.batch is not None else None))
+        return plan
+
+    def _request(self, rng_seed: int) -> HopRequest:
+        c = self.config
+        return HopRequest([], [], [], [], c.replace, c.temporal_strategy, c.time_attr,
+                          c.weight_attr, rng_seed)
+
+    def _by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]:
+        """``(partition, positions)`` pairs covering ``ids``."""
+        if self.meta.num_parts == 1:
+            return [(0, torch.arange(ids.numel()))]
+        owner = self.graph.node_book(node_type).owner(ids, check=False)
+        order = torch.argsort(owner, stable=True)
+        counts = torch.bincount(owner, minlength=self.meta.num_parts).tolist()
+        return [(p, pos) for p, pos in enumerate(torch.split(order, counts)) if pos.numel()]
+
+    async def _run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]]
+                       ) -> Dict[int, HopResponse]:
+        me = self.group.part
+        futures = {p: self.group.call_async(self.group.route(p), "sampler.hop", req)
+                   for p, (req, _) in plan.items() if p != me}
+        responses = {}
+        if me in plan:
+            responses[me] = self.local.hop(plan[me][0])
+        if futures:
+            done = await asyncio.gather(*futures.values())
+            responses.update(zip(futures.keys(), done))
+        return responses
+
+    def _merge(self, state: HopState, plan: Dict[int, Tuple[HopRequest, List[tuple]]],
+               responses: Dict[int, HopResponse]) -> None:
+        sampled = {t: 0 for t in self.meta.edge_types}
+        for part in sorted(plan):
+            resp = responses[part]
+            for i, (edge_type, local, batch) in enumerate(plan[part][1]):
+                counts = resp.counts[i]
+                col = torch.repeat_interleave(local, counts)
+                nbr_batch = torch.repeat_interleave(batch, counts) if batch is not None else None
+                state.add_edges(edge_type, col, resp.nbrs[i], resp.eids[i], nbr_batch)
+                sampled[edge_type] += int(resp.nbrs[i].numel())
+        state.end_hop(sampled)
+
+    async def _node_time(self, seeds: Dict[NodeType, Tensor]) -> Dict[NodeType, Tensor]:
+        attr = self.config.time_attr
+        missing = [t for t in seeds if attr not in self.meta.node_attrs.get(t, {})]
+        if missing:
+            raise ValueError(f"temporal node sampling needs seed times: pass them, or store "
+                             f"node attribute '{attr}' for node type(s) {missing}")
+        fetcher = FeatureFetcher(self.group, self.local, self.meta,
+                                 node_attrs={t: [attr] for t in seeds}, edge_attrs={})
+        got = await fetcher.fetch(seeds, {}, unique=False)
+        return {t: got.nodes[t][attr].long().view(-1) for t in seeds}
+
+    # ---- PyG's BaseSampler interface ---------------------------------------------------
+    async def sample_nodes(self, inputs: NodeSamplerInput) -> Output:
+        """Async form of :meth:`sample_from_nodes`."""
+        node_type = self._input_node_type(inputs.input_type)
+        seeds, time = inputs.node, inputs.time
+        if not self.config.disjoint:
+            seeds = _unique_keep_order(seeds)
+            time = None
+        sub = await self.sample_subgraph({node_type: seeds},
+                                         {node_type: time} if time is not None else None)
+        return self.to_pyg(sub, metadata=(inputs.input_id, inputs.time))
+
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
+        return self.group.loop.run(self.sample_nodes(index))
+
+    async def sample_edges(self, inputs: EdgeSamplerInput,
+                           neg_sampling: Optional[NegativeSampling] = None) -> Output:
+        """Async form of :meth:`sample_from_edges`."""
+        from pyg_dist.sampler.link import sample_links
+
+        return await sample_links(self, inputs, neg_sampling)
+
+    def sample_from_edges(self, index: EdgeSamplerInput,
+                          neg_sampling: Optional[NegativeSampling] = None) -> Output:
+        return self.group.loop.run(self.sample_edges(index, neg_sampling))
+
+    @property
+    def edge_permutation(self) -> None:
+        return None
+
+    def _input_node_type(self, input_type: Optional[NodeType]) -> NodeType:
+        if input_type is None and self.is_hetero:
+            raise ValueError("heterogeneous graph: the input needs an input_type (node type)")
+        return self.meta.node_type(input_type)
+
+    def to_pyg(self, sub: SampledSubgraph, metadata: object = None) -> Output:
+        """Converts to PyG's ``SamplerOutput`` (homogeneous) or ``HeteroSamplerOutput``."""
+        if not self.is_hetero:
+            return SamplerOutput(
+                node=sub.node[HOMO_NODE], row=sub.row[HOMO_EDGE], col=sub.col[HOMO_EDGE],
+                edge=sub.edge[HOMO_EDGE],
+                batch=sub.batch[HOMO_NODE] if sub.batch is not None else None,
+                num_sampled_nodes=sub.num_sampled_nodes[HOMO_NODE],
+                num_sampled_edges=sub.num_sampled_edges[HOMO_EDGE], metadata=metadata)
+        return HeteroSamplerOutput(
+            node=sub.node, row=sub.row, col=sub.col, edge=sub.edge, batch=sub.batch,
+            num_sampled_nodes=sub.num_sampled_nodes, num_sampled_edges=sub.num_sampled_edges,
+            metadata=metadata)
+
+
+def _unpack(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
+    if (not isinstance(data, (tuple, list)) or len(data) != 2
+            or not isinstance(data[0], LocalFeatureStore)
+            or not isinstance(data[1], LocalGraphStore)):
+        raise TypeError("data must be a (LocalFeatureStore, LocalGraphStore) pair, got "
+                        f"{type(data).__name__}")
+    return data[0], data[1]
+
+
+def _unique_keep_order(ids: Tensor) -> Tensor:
+    """Drops repeated ids, keeping the first occurrence's position."""
+    uniq, inverse = torch.unique(ids, return_inverse=True)
+    if uniq.numel() == ids.numel():
+        return ids
+    first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(ids.numel()), reduce="amin")
+    return ids[torch.sort(first).values]

@@ -1,0 +1,73 @@
+"""Joining the job as a server of one partition (collective on first use)."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch.distributed as dist
+
+from pyg_dist.rpc import runtime
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+
+
+def check_stores(ctx: DistContext, features: LocalFeatureStore, graph: LocalGraphStore) -> None:
+    """Raises if the stores are not the partition this rank is meant to serve."""
+    if features.part != graph.part:
+        raise ValueError(f"feature store holds partition {features.part} but graph store holds "
+                         f"partition {graph.part}")
+    want = ctx.partition_id(graph.num_parts)
+    if graph.part != want:
+        raise ValueError(f"rank {ctx.rank} of {ctx.world_size} must load partition {want} of "
+                         f"{graph.num_parts} (ranks are assigned to partitions in contiguous "
+                         f"blocks), but its stores hold partition {graph.part}")
+
+
+def init_rpc(ctx: Optional[DistContext] = None,
+             data: Optional[Tuple[LocalFeatureStore, LocalGraphStore]] = None,
+             num_parts: Optional[int] = None) -> RpcGroup:
+    """Joins the trainers' RPC group, serving ``data`` (collective: every rank calls it).
+
+    Args:
+        ctx: this process's context (default: :meth:`DistContext.from_env`).
+        data: ``(feature_store, graph_store)`` of this rank's partition, or ``None``
+            for jobs without a graph (e.g. only :class:`DistEmbedding`).
+        num_parts: partitions when ``data`` is ``None`` (default: one per rank).
+    """
+    ctx = ctx or DistContext.from_env()
+    if data is None:
+        return runtime.init_rpc(ctx, num_parts or ctx.world_size)
+    features, graph = data
+    check_stores(ctx, features, graph)
+    return runtime.init_rpc(ctx, graph.num_parts, _served(features, graph))
+
+
+def _served(features: LocalFeatureStore, graph: LocalGraphStore) -> dict:
+    return {"graph": graph, "features": features, "sampler": LocalSampler(graph, features)}
+
+
+def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
+                  graph: LocalGraphStore) -> Tuple[RpcGroup, LocalSampler]:
+    """The RPC group serving this partition, joining it first if needed (collective)."""
+    if not runtime.is_initialized():
+        group = init_rpc(ctx, (features, graph))
+        return group, group.served["sampler"]
+    group = runtime.current()
+    if ctx is not None and ctx.rank != group.rank:
+        raise ValueError(f"current_ctx is rank {ctx.rank} but this process joined RPC as "
+                         f"rank {group.rank}")
+    sampler = group.served.get("sampler")
+    if sampler is None:
+        check_stores(group.ctx, features, graph)
+        if group.num_parts != graph.num_parts:
+            raise ValueError(f"RPC was initialised for {group.num_parts} partition(s), the "
+                             f"stores hold one of {graph.num_parts}")
+        group.served.update(_served(features, graph))
+        if group.ctx.is_distributed:
+            dist.barrier(group=group.cpu_group)  # peers may only ask once everyone serves
+        return group, group.served["sampler"]
+    if sampler.graph is not graph and sampler.graph.part != graph.part:
+        raise ValueError(f"this process serves partition {sampler.graph.part}, not "
+                         f"{graph.part}")
+    return group, sampler

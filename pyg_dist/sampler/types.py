@@ -1,0 +1,135 @@
+"""Dataclasses passed between sampling stages and over RPC."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Union
+
+from torch import Tensor
+
+from pyg_dist.typing import EdgeType, NodeType, edge_key
+
+TEMPORAL_STRATEGIES = ("uniform", "last")
+SUBGRAPH_TYPES = ("directional",)
+NumNeighbors = Union[Sequence[int], Dict[EdgeType, Sequence[int]]]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """What to sample: fan-outs per edge type and hop, and how.
+
+    Args:
+        num_neighbors: fan-out per hop per edge type (``-1`` = all neighbours,
+            ``0`` = none). Edge types are ``(src, rel, dst)``: ``src`` neighbours of
+            ``dst`` nodes are sampled over their in-edges.
+        replace: sample with replacement.
+        disjoint: every seed gets its own subtree (nodes repeat across subtrees).
+        temporal_strategy: ``"uniform"`` or ``"last"`` (most recent neighbours).
+        time_attr: node or edge attribute holding time; sampled neighbours are never
+            newer than their seed. Implies ``disjoint``.
+        weight_attr: edge attribute of sampling weights (zero = never sampled).
+    """
+    num_neighbors: Dict[EdgeType, List[int]]
+    replace: bool = False
+    disjoint: bool = False
+    temporal_strategy: str = "uniform"
+    time_attr: Optional[str] = None
+    weight_attr: Optional[str] = None
+
+    @property
+    def num_hops(self) -> int:
+        return len(next(iter(self.num_neighbors.values())))
+
+    @classmethod
+    def build(cls, num_neighbors: NumNeighbors, edge_types: Sequence[EdgeType],
+              **kwargs: object) -> "SamplingConfig":
+        """Normalises ``num_neighbors`` (a list for every edge type, or a dict) and checks it."""
+        if isinstance(num_neighbors, dict):
+            unknown = [k for k in num_neighbors if tuple(k) not in set(edge_types)]
+            if unknown:
+                raise ValueError(f"num_neighbors names unknown edge type(s) {unknown} "
+                                 f"(edge types: {[edge_key(t) for t in edge_types]})")
+            lengths = {len(v) for v in num_neighbors.values()}
+            if len(lengths) != 1:
+                raise ValueError(f"every num_neighbors list must have the same length (one "
+                                 f"entry per hop), got lengths {sorted(lengths)}")
+            hops = lengths.pop()
+            fanouts = {t: [int(x) for x in num_neighbors.get(t, [0] * hops)]  # type: ignore
+                       for t in edge_types}
+        else:
+            fanouts = {t: [int(x) for x in num_neighbors] for t in edge_types}
+        hops = len(next(iter(fanouts.values())))
+        if hops == 0:
+            raise ValueError("num_neighbors must have at least one hop")
+        bad = [v for f in fanouts.values() for v in f if v < -1]
+        if bad:
+            raise ValueError(f"fan-outs must be -1 (all) or >= 0, got {bad[0]}")
+        config = cls(fanouts, **kwargs)  # type: ignore[arg-type]
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.temporal_strategy not in TEMPORAL_STRATEGIES:
+            raise ValueError(f"temporal_strategy must be one of {TEMPORAL_STRATEGIES}, "
+                             f"got {self.temporal_strategy!r}")
+        if self.time_attr is not None and self.weight_attr is not None:
+            raise NotImplementedError("weighted temporal sampling is not supported")
+
+    @property
+    def is_temporal(self) -> bool:
+        return self.time_attr is not None
+
+
+@dataclass
+class HopRequest:
+    """One partition's share of one hop, for every edge type at once (one RPC).
+
+    ``seeds[i]`` are global ids of ``edge_types[i][2]`` nodes owned by the receiver.
+    """
+    edge_types: List[EdgeType]
+    seeds: List[Tensor]
+    fanouts: List[int]
+    seed_time: List[Optional[Tensor]]
+    replace: bool
+    temporal_strategy: str
+    time_attr: Optional[str]
+    weight_attr: Optional[str]
+    rng_seed: int
+
+
+@dataclass
+class HopResponse:
+    """Per edge type of the request: neighbours per seed, their global ids and edge ids."""
+    counts: List[Tensor]
+    nbrs: List[Tensor]
+    eids: List[Tensor]
+
+
+@dataclass
+class FeatureRequest:
+    """Attributes to read for owned ids: node types and edge types, all at once."""
+    nodes: Dict[NodeType, Tensor] = field(default_factory=dict)
+    edges: Dict[EdgeType, Tensor] = field(default_factory=dict)
+    node_attrs: Dict[NodeType, List[str]] = field(default_factory=dict)
+    edge_attrs: Dict[EdgeType, List[str]] = field(default_factory=dict)
+
+
+@dataclass
+class FeatureResponse:
+    nodes: Dict[NodeType, Dict[str, Tensor]] = field(default_factory=dict)
+    edges: Dict[EdgeType, Dict[str, Tensor]] = field(default_factory=dict)
+
+
+@dataclass
+class SampledSubgraph:
+    """The sampled computation graph, ids relabelled (PyG's ``SamplerOutput`` fields).
+
+    ``node[t]`` are global ids (seeds first); ``row[e]``/``col[e]`` index
+    ``node[e[0]]``/``node[e[2]]``; ``edge[e]`` are global edge ids.
+    """
+    node: Dict[NodeType, Tensor]
+    row: Dict[EdgeType, Tensor]
+    col: Dict[EdgeType, Tensor]
+    edge: Dict[EdgeType, Tensor]
+    batch: Optional[Dict[NodeType, Tensor]]
+    num_sampled_nodes: Dict[NodeType, List[int]]
+    num_sampled_edges: Dict[EdgeType, List[int]]

@@ -1,0 +1,133 @@
+"""Local one-hop kernels and the node index, against direct computations."""
+import numpy as np
+import pytest
+import torch
+
+from pyg_dist.sampler.kernels import sample_one_hop
+from pyg_dist.sampler.node_index import NodeIndex
+
+
+def _csc(num_rows: int = 50, max_deg: int = 40, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    deg = torch.randint(0, max_deg, (num_rows,), generator=g)
+    deg[0], deg[1] = 0, 200  # an isolated row and a hub
+    indptr = torch.zeros(num_rows + 1, dtype=torch.long)
+    indptr[1:] = torch.cumsum(deg, 0)
+    indices = torch.randint(1000, 2000, (int(indptr[-1]),), generator=g)
+    return indptr, indices
+
+
+def _check_grouping(indptr, indices, seeds, counts, nbrs, pos):
+    assert counts.numel() == seeds.numel() and int(counts.sum()) == pos.numel()
+    assert torch.equal(indices[pos], nbrs)
+    for s, chunk in zip(seeds.tolist(), torch.split(pos, counts.tolist())):
+        assert bool(((chunk >= indptr[s]) & (chunk < indptr[s + 1])).all())
+
+
+@pytest.mark.parametrize("fanout", [-1, 0, 1, 5, 100])
+def test_uniform_without_replacement(fanout):
+    indptr, indices = _csc()
+    seeds = torch.arange(50)
+    counts, nbrs, pos = sample_one_hop(indptr, indices, seeds, fanout, False, 3)
+    _check_grouping(indptr, indices, seeds, counts, nbrs, pos)
+    deg = indptr[1:] - indptr[:-1]
+    want = deg if fanout < 0 else deg.clamp(max=fanout)
+    assert torch.equal(counts, want)
+    for chunk in torch.split(pos, counts.tolist()):
+        assert chunk.unique().numel() == chunk.numel()
+
+
+def test_with_replacement_draws_fanout_for_every_nonisolated_row():
+    indptr, indices = _csc()
+    counts, nbrs, pos = sample_one_hop(indptr, indices, torch.arange(50), 7, True, 1)
+    deg = indptr[1:] - indptr[:-1]
+    assert torch.equal(counts, torch.where(deg > 0, 7, 0))
+    _check_grouping(indptr, indices, torch.arange(50), counts, nbrs, pos)
+
+
+def test_deterministic_per_seed_and_uniform_frequency():
+    indptr, indices = _csc()
+    a = sample_one_hop(indptr, indices, torch.tensor([1]), 10, False, 42)[2]
+    b = sample_one_hop(indptr, indices, torch.tensor([1]), 10, False, 42)[2]
+    assert torch.equal(a, b)
+    # the hub (degree 200): each edge drawn with probability 10/200 per draw
+    hits = torch.zeros(200)
+    draws = 2000
+    for r in range(draws):
+        pos = sample_one_hop(indptr, indices, torch.tensor([1]), 10, False, r)[2]
+        hits[pos - indptr[1]] += 1
+    freq = hits / draws  # expected 0.05; binomial std ~0.0049, bound at ~6 std
+    assert float((freq - 0.05).abs().max()) < 0.03
+
+
+def test_weighted_never_draws_zero_weight():
+    indptr, indices = _csc()
+    w = torch.rand(indices.numel(), generator=torch.Generator().manual_seed(1))
+    w[::3] = 0
+    for replace in (False, True):
+        counts, _, pos = sample_one_hop(indptr, indices, torch.arange(50), 5, replace, 0,
+                                        weights=w)
+        assert pos.numel() > 0 and bool((w[pos] > 0).all())
+        nonzero = torch.tensor([int((w[indptr[i]:indptr[i + 1]] > 0).sum()) for i in range(50)])
+        assert torch.equal(counts, nonzero.clamp(max=5) if not replace
+                           else torch.where(nonzero > 0, 5, 0))
+
+
+def test_weighted_prefers_heavy_edges():
+    indptr = torch.tensor([0, 100])
+    indices = torch.arange(100)
+    w = torch.ones(100)
+    w[:10] = 50.0
+    hits = torch.zeros(100)
+    for r in range(300):
+        hits[sample_one_hop(indptr, indices, torch.tensor([0]), 5, False, r)[2]] += 0
+        hits[sample_one_hop(indptr, indices, torch.tensor([0]), 5, False, r, weights=w)[2]] += 1
+    assert hits[:10].sum() > 0.8 * hits.sum()
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+def test_temporal_never_newer_than_seed(strategy):
+    indptr, indices = _csc()
+    times = torch.randint(0, 100, (indices.numel(),), generator=torch.Generator().manual_seed(2))
+    seeds = torch.arange(50).repeat(2)
+    seed_time = torch.randint(0, 100, (100,), generator=torch.Generator().manual_seed(3))
+    counts, _, pos = sample_one_hop(indptr, indices, seeds, 4, False, 0, edge_time=times,
+                                    seed_time=seed_time, temporal_strategy=strategy)
+    owner = torch.repeat_interleave(seed_time, counts)
+    assert bool((times[pos] <= owner).all())
+    for i, chunk in enumerate(torch.split(pos, counts.tolist())):
+        s = int(seeds[i])
+        valid = torch.arange(int(indptr[s]), int(indptr[s + 1]))
+        valid = valid[times[valid] <= seed_time[i]]
+        assert chunk.numel() == min(4, valid.numel())
+        if strategy == "last" and chunk.numel():
+            assert int(times[chunk].min()) >= int(times[valid].sort().values[-chunk.numel()])
+
+
+def test_bad_inputs_raise():
+    indptr, indices = _csc()
+    with pytest.raises(ValueError, match=r"seed rows must lie in \[0, 50\)"):
+        sample_one_hop(indptr, indices, torch.tensor([50]), 5, False, 0)
+    with pytest.raises(ValueError, match="fanout must be -1"):
+        sample_one_hop(indptr, indices, torch.tensor([0]), -2, False, 0)
+    with pytest.raises(ValueError, match="weights has 3 values"):
+        sample_one_hop(indptr, indices, torch.tensor([0]), 5, False, 0, weights=torch.ones(3))
+    with pytest.raises(ValueError, match="needs both edge_time and seed_time"):
+        sample_one_hop(indptr, indices, torch.tensor([0]), 5, False, 0,
+                       edge_time=torch.zeros(indices.numel(), dtype=torch.long))
+
+
+def test_node_index_dedupes_in_first_appearance_order_and_grows():
+    index = NodeIndex(4)
+    rng = np.random.default_rng(0)
+    seen = {}
+    for _ in range(20):
+        keys = torch.from_numpy(rng.integers(0, 500, 300))
+        got = index.insert(keys)
+        for k, v in zip(keys.tolist(), got.tolist()):
+            assert seen.setdefault(k, len(seen)) == v
+    assert len(index) == len(seen)
+    assert index.keys.tolist() == list(seen)
+    assert index.lookup(torch.tensor([next(iter(seen)), 10**12])).tolist() == [0, -1]
+    with pytest.raises(ValueError, match="non-negative"):
+        index.insert(torch.tensor([-1]))
