@@ -4,7 +4,10 @@ Partition a graph offline (:class:`Partitioner` or ``pyg-dist-partition``), load
 partition per machine (:class:`LocalGraphStore`, :class:`LocalFeatureStore`), and
 train with :class:`DistNeighborLoader` under ``torchrun``.
 """
+from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
 from pyg_dist.partition import PartitionFormatError, PartitionMeta, Partitioner, RangeBook
+from pyg_dist.rpc import DistContext, shutdown_rpc
+from pyg_dist.sampler import DistNeighborSampler, init_rpc
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 __version__ = "0.1.0"
@@ -12,4 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook",
     "LocalGraphStore", "LocalFeatureStore",
+    "DistContext", "init_rpc", "shutdown_rpc",
+    "DistNeighborSampler", "DistNeighborLoader", "DistLinkNeighborLoader",
+    "node_split", "edge_split",
 ]

@@ -1,0 +1,219 @@
+"""``DistLoader``: the epoch loop shared by the node and link loaders.
+
+It shards nothing itself (seeds are given per rank, e.g. by ``node_split``); it
+orders them per epoch, makes every rank yield the same number of batches, keeps a
+bounded number of batches in flight (in-process on the asyncio loop, or in sampler
+worker processes), and hands ``Data``/``HeteroData`` batches to the trainer.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from pyg_dist.loader.collate import Batch
+from pyg_dist.loader.producer import BatchProducer, ProducerSpec
+from pyg_dist.loader.seeds import EpochPlan
+from pyg_dist.loader.workers import WorkerPool, WorkerSpec, check_equal_workers
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+
+_LOADER_IDS = itertools.count()
+
+
+class DistLoader:
+    """Base of :class:`DistNeighborLoader` and :class:`DistLinkNeighborLoader`.
+
+    Subclasses provide ``num_seeds`` and ``_inputs(positions)`` (the sampler input of
+    one batch) and a :class:`ProducerSpec`.
+    """
+
+    def __init__(self, data: tuple, spec: ProducerSpec, num_seeds: int, batch_size: int,
+                 shuffle: bool, drop_last: bool, current_ctx: Optional[DistContext],
+                 num_workers: int, concurrency: int, device: Optional[Union[str, torch.device]],
+                 transform: Optional[Callable[[Batch], Batch]], even_batches: bool,
+                 seed: int, pin_memory: Optional[bool] = None) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if num_workers < 0 or concurrency < 1:
+            raise ValueError(f"num_workers must be >= 0 and concurrency >= 1, got "
+                             f"{num_workers} and {concurrency}")
+        self.features: LocalFeatureStore = data[0]
+        self.graph: LocalGraphStore = data[1]
+        self.spec = spec
+        self.sampler = DistNeighborSampler(data, current_ctx=current_ctx, **spec.sampler_kwargs)
+        self.ctx = self.sampler.group.ctx
+        self.batch_size, self.num_workers, self.concurrency = batch_size, num_workers, concurrency
+        self.device = torch.device(device) if device is not None else None
+        self.pin_memory = pin_memory if pin_memory is not None else (
+            self.device is not None and self.device.type == "cuda")
+        self.transform = transform
+        self.uid = next(_LOADER_IDS)
+        own = EpochPlan.local_batches(num_seeds, batch_size, drop_last)
+        self.plan = EpochPlan(num_seeds, batch_size, self._even(own) if even_batches else own,
+                              shuffle, drop_last, seed)
+        self.epoch = 0
+        self._runs = itertools.count()  # tags worker results of each iteration
+        self._producer = BatchProducer(self.sampler, spec)
+        self._pool: Optional[WorkerPool] = None
+        self._iterator: Optional["_Iterator"] = None
+        if num_workers > 0:
+            check_equal_workers(num_workers, self.sampler.group.cpu_group, self.ctx.world_size)
+
+    def _even(self, own: int) -> int:
+        """The number of batches of the rank with the most (a collective)."""
+        if self.ctx.world_size == 1:
+            return own
+        count = torch.tensor([own])
+        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=self.sampler.group.cpu_group)
+        return int(count)
+
+    def _inputs(self, positions: Tensor) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.plan.num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch whose shuffle the next iteration uses (default: counts up)."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._iterator is not None:
+            self._iterator.close()
+        tasks = [self._inputs(p) for p in self.plan.batches(self.epoch)]
+        if self.num_workers > 0:
+            self._iterator = _WorkerIterator(self, tasks, next(self._runs))
+        else:
+            self._iterator = _LoopIterator(self, tasks)
+        self.epoch += 1
+        return self._iterator
+
+    def _finish(self, batch: Batch) -> Batch:
+        if self.transform is not None:
+            batch = self.transform(batch)
+        if self.pin_memory:
+            batch = batch.pin_memory()
+        if self.device is not None:
+            batch = batch.to(self.device, non_blocking=True)
+        return batch
+
+    @property
+    def batch_timeout(self) -> float:
+        return self.ctx.rpc_timeout * (self.sampler.num_hops + 3)
+
+    def _worker_pool(self) -> WorkerPool:
+        if self._pool is None:
+            self.features.share_memory_()
+            self.graph.share_memory_()
+            self._pool = WorkerPool(self.num_workers, self._worker_spec, self.concurrency)
+        return self._pool
+
+    def _worker_spec(self, index: int) -> WorkerSpec:
+        return WorkerSpec(self.ctx, f"loader{self.uid}w{index}", self.features, self.graph,
+                          self.spec, self.batch_timeout, index)
+
+    def close(self) -> None:
+        """Stops iteration and sampler workers (they wait for their peers on other ranks)."""
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
+        if self._pool is not None:
+            self._pool.close(timeout=self.ctx.rpc_timeout + 10)
+            self._pool = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to report to
+            pass
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(batches={len(self)}, batch_size={self.batch_size}, "
+                f"num_workers={self.num_workers}, rank={self.ctx.rank})")
+
+
+class _Iterator:
+    def __iter__(self) -> "_Iterator":
+        return self
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _LoopIterator(_Iterator):
+    """Samples in this process on the asyncio loop, ``concurrency`` batches in flight."""
+
+    def __init__(self, loader: DistLoader, tasks: List[Any]) -> None:
+        self.loader = loader
+        self.tasks: Deque[Any] = collections.deque(tasks)
+        self.pending: Deque[concurrent.futures.Future] = collections.deque()
+        for _ in range(loader.concurrency):
+            self._submit()
+
+    def _submit(self) -> None:
+        if self.tasks:
+            coro = self.loader._producer.produce(self.tasks.popleft())
+            self.pending.append(self.loader.sampler.group.loop.submit(coro))
+
+    def __next__(self) -> Batch:
+        if not self.pending:
+            raise StopIteration
+        future = self.pending.popleft()
+        self._submit()
+        try:
+            batch = future.result(self.loader.batch_timeout)
+        except concurrent.futures.TimeoutError:
+            self.close()
+            raise TimeoutError(f"a batch took longer than {self.loader.batch_timeout:.0f}s") \
+                from None
+        except BaseException:
+            self.close()
+            raise
+        return self.loader._finish(batch)
+
+    def close(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.pending.clear()
+        self.tasks.clear()
+
+
+class _WorkerIterator(_Iterator):
+    """Samples in worker processes; results are reordered to the seed order."""
+
+    def __init__(self, loader: DistLoader, tasks: List[Any], run: int) -> None:
+        self.loader, self.tasks, self.run = loader, tasks, run
+        self.pool = loader._worker_pool()
+        self.sent = self.next_index = 0
+        self.ready: Dict[int, Batch] = {}
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.sent < len(self.tasks) and self.sent - self.next_index < self.pool.capacity:
+            self.pool.submit(self.run, self.sent, self.tasks[self.sent])
+            self.sent += 1
+
+    def __next__(self) -> Batch:
+        if self.next_index >= len(self.tasks):
+            raise StopIteration
+        while self.next_index not in self.ready:
+            run, index, batch, error = self.pool.get(self.loader.batch_timeout)
+            if error is not None and run in (self.run, -1):
+                raise RuntimeError(f"sampling failed in a worker process:\n{error}")
+            if run == self.run:
+                self.ready[index] = batch
+        batch = self.ready.pop(self.next_index)
+        self.next_index += 1
+        self._fill()
+        return self.loader._finish(batch)
+
+    def close(self) -> None:
+        self.tasks = self.tasks[:self.sent]  # stale results are skipped by epoch
+        self.next_index = len(self.tasks)

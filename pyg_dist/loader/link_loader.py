@@ -1,0 +1,113 @@
+"""``DistLinkNeighborLoader``: PyG's ``LinkNeighborLoader`` over a partitioned graph."""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+
+from pyg_dist.loader.base import DistLoader
+from pyg_dist.loader.collate import Batch
+from pyg_dist.loader.producer import ProducerSpec
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.typing import EdgeType
+
+EdgeLabelIndex = Union[None, Tensor, EdgeType, Tuple[EdgeType, Optional[Tensor]]]
+
+
+def _negative(neg_sampling: Union[None, str, Dict, NegativeSampling]
+              ) -> Optional[NegativeSampling]:
+    if neg_sampling is None or isinstance(neg_sampling, NegativeSampling):
+        return neg_sampling
+    if isinstance(neg_sampling, str):
+        return NegativeSampling(neg_sampling)
+    if isinstance(neg_sampling, dict):
+        return NegativeSampling(**neg_sampling)
+    raise TypeError(f"neg_sampling must be a NegativeSampling, its mode name or kwargs dict, "
+                    f"got {type(neg_sampling).__name__}")
+
+
+def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabelIndex
+                             ) -> Tuple[Optional[EdgeType], Tensor]:
+    """``(edge type or None, [2, E] global ids)`` from PyG-style ``edge_label_index``
+    (``None`` or a bare edge type: every edge this partition stores)."""
+    edge_type: Optional[EdgeType] = None
+    index = edge_label_index
+    if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 3 \
+            and isinstance(edge_label_index[0], str):
+        edge_type, index = tuple(edge_label_index), None  # type: ignore[assignment]
+    elif isinstance(edge_label_index, (tuple, list)):
+        edge_type, index = edge_label_index
+    resolved = graph.meta.edge_type(edge_type)
+    if index is None:
+        src, dst = graph.csc[resolved].coo()
+        index = torch.stack([src, dst])
+    index = torch.as_tensor(index)
+    if index.dim() != 2 or index.size(0) != 2 or index.dtype != torch.long:
+        raise TypeError(f"edge_label_index must be an int64 tensor of shape [2, E], got "
+                        f"{index.dtype} of shape {tuple(index.shape)}")
+    graph.node_book(resolved[0]).check(index[0])
+    graph.node_book(resolved[2]).check(index[1])
+    return (resolved if graph.is_hetero else None), index
+
+
+class DistLinkNeighborLoader(DistLoader):
+    """Link-level minibatches (with optional negative sampling), as ``Data``/``HeteroData``.
+
+    Accepts what PyG's ``LinkNeighborLoader`` accepts, plus the distributed arguments
+    of :class:`~pyg_dist.DistNeighborLoader`.
+
+    Args:
+        data: ``(feature_store, graph_store)`` of this rank's partition.
+        num_neighbors: fan-out per hop.
+        edge_label_index: seed edges ``[2, E]`` (global ids), ``(edge_type, index)``,
+            an edge type, or ``None`` (every edge this partition stores).
+        edge_label: labels of the seed edges.
+        edge_label_time: times of the seed edges (temporal sampling).
+        neg_sampling: ``NegativeSampling``, ``"binary"``/``"triplet"`` or its kwargs;
+            ``neg_sampling_ratio`` is PyG's older shorthand for binary negatives.
+        Other arguments: as :class:`~pyg_dist.DistNeighborLoader`.
+    """
+
+    def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
+                 num_neighbors: NumNeighbors, edge_label_index: EdgeLabelIndex = None,
+                 edge_label: Optional[Tensor] = None, edge_label_time: Optional[Tensor] = None,
+                 neg_sampling: Union[None, str, Dict, NegativeSampling] = None,
+                 neg_sampling_ratio: Optional[float] = None, batch_size: int = 1,
+                 shuffle: bool = False, drop_last: bool = False,
+                 current_ctx: Optional[DistContext] = None, num_workers: int = 0,
+                 concurrency: int = 2, device: Optional[Union[str, torch.device]] = None,
+                 replace: bool = False, subgraph_type: str = "directional",
+                 disjoint: bool = False, temporal_strategy: str = "uniform",
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
+                 transform: Optional[Callable[[Batch], Batch]] = None,
+                 even_batches: bool = True, seed: int = 0,
+                 pin_memory: Optional[bool] = None) -> None:
+        self.input_type, self.edge_label_index = resolve_edge_label_index(data[1],
+                                                                          edge_label_index)
+        num = self.edge_label_index.size(1)
+        for name, value in (("edge_label", edge_label), ("edge_label_time", edge_label_time)):
+            if value is not None and value.size(0) != num:
+                raise ValueError(f"{name} has {value.size(0)} entries for {num} edges")
+        if neg_sampling is None and neg_sampling_ratio is not None:
+            neg_sampling = NegativeSampling("binary", neg_sampling_ratio)
+        self.edge_label, self.edge_label_time = edge_label, edge_label_time
+        sampler_kwargs = dict(num_neighbors=num_neighbors, replace=replace,
+                              subgraph_type=subgraph_type, disjoint=disjoint,
+                              temporal_strategy=temporal_strategy, time_attr=time_attr,
+                              weight_attr=weight_attr, seed=seed)
+        spec = ProducerSpec(sampler_kwargs, "link", self.input_type or data[1].meta.edge_types[0],
+                            _negative(neg_sampling))
+        super().__init__(data, spec, num, batch_size, shuffle, drop_last, current_ctx,
+                         num_workers, concurrency, device, transform, even_batches, seed,
+                         pin_memory)
+
+    def _inputs(self, positions: Tensor) -> EdgeSamplerInput:
+        pick = lambda t: t[positions] if t is not None else None  # noqa: E731
+        return EdgeSamplerInput(input_id=positions, row=self.edge_label_index[0, positions],
+                                col=self.edge_label_index[1, positions],
+                                label=pick(self.edge_label), time=pick(self.edge_label_time),
+                                input_type=self.input_type)

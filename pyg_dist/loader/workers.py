@@ -1,0 +1,150 @@
+"""Sampler worker processes: each joins an RPC group of its own (worker ``i`` of every
+rank together), serves its rank's partition from shared memory, and builds batches.
+
+Batches cross back to the trainer through ``torch.multiprocessing`` queues (tensors
+in shared memory). Workers live as long as their loader and leave their RPC group
+together (a graceful shutdown), so a rank that finishes early keeps serving.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import traceback
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+import torch
+import torch.multiprocessing as tmp
+
+from pyg_dist.loader.producer import BatchProducer, ProducerSpec
+from pyg_dist.rpc import runtime
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker needs (sent once, at start; stores travel in shared memory)."""
+    ctx: DistContext
+    group: str
+    features: LocalFeatureStore
+    graph: LocalGraphStore
+    producer: ProducerSpec
+    batch_timeout: float
+    index: int
+
+
+def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
+    torch.set_num_threads(1)
+    from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
+    from pyg_dist.sampler.serving import _served
+
+    group = runtime.init_rpc(spec.ctx, spec.graph.num_parts,
+                             _served(spec.features, spec.graph), group=spec.group)
+    graceful = True
+    try:
+        kwargs = dict(spec.producer.sampler_kwargs)
+        kwargs["seed"] = (kwargs.get("seed") or 0) * 1_000_003 + spec.index + 1  # own stream
+        sampler = DistNeighborSampler((spec.features, spec.graph), current_ctx=spec.ctx,
+                                      **kwargs)
+        producer = BatchProducer(sampler, spec.producer)
+        _serve_tasks(group, producer, spec, tasks, results)
+    except BaseException:
+        graceful = False
+        results.put((-1, -1, None, traceback.format_exc()))
+        raise
+    finally:
+        runtime.shutdown_rpc(graceful=graceful)
+
+
+def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerSpec,
+                 tasks: Any, results: Any) -> None:
+    parent = mp.parent_process()
+    while True:
+        try:
+            task = tasks.get(timeout=1.0)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                raise RuntimeError("the trainer process died; sampler worker exits")
+            continue
+        if task is None:
+            return
+        epoch, index, inputs = task
+        try:
+            batch = group.loop.run(producer.produce(inputs), timeout=spec.batch_timeout)
+            results.put((epoch, index, batch, None))
+        except Exception:  # reported to the trainer, which raises it
+            results.put((epoch, index, None, f"sampler worker {os.getpid()} of rank "
+                         f"{spec.ctx.rank}:\n{traceback.format_exc()}"))
+
+
+class WorkerPool:
+    """``num_workers`` sampler processes with one task queue each and a result queue.
+
+    Args:
+        num_workers: processes to start.
+        make_spec: builds the :class:`WorkerSpec` of worker ``i``.
+        prefetch: batches in flight per worker.
+    """
+
+    def __init__(self, num_workers: int, make_spec: Any, prefetch: int = 2) -> None:
+        ctx = tmp.get_context("spawn")
+        self.results = ctx.Queue()
+        self.tasks = [ctx.Queue() for _ in range(num_workers)]
+        self.prefetch = prefetch
+        self.procs = []
+        for i in range(num_workers):
+            proc = ctx.Process(target=_worker_main, args=(make_spec(i), self.tasks[i],
+                                                          self.results), daemon=True,
+                               name=f"pyg_dist-sampler-{i}")
+            proc.start()
+            self.procs.append(proc)
+
+    @property
+    def capacity(self) -> int:
+        return self.prefetch * len(self.procs)
+
+    def submit(self, epoch: int, index: int, inputs: Any) -> None:
+        self.tasks[index % len(self.procs)].put((epoch, index, inputs))
+
+    def get(self, timeout: float) -> Tuple[int, int, Any, Optional[str]]:
+        """The next finished batch; raises if a worker died or nothing came in time."""
+        waited = 0.0
+        while True:
+            try:
+                return self.results.get(timeout=1.0)
+            except queue.Empty:
+                waited += 1.0
+            dead = [p for p in self.procs if not p.is_alive()]
+            if dead:
+                raise RuntimeError(f"sampler worker(s) {[p.name for p in dead]} died (exit codes "
+                                   f"{[p.exitcode for p in dead]})")
+            if waited >= timeout:
+                raise TimeoutError(f"no batch from the sampler workers within {timeout:.0f}s")
+
+    def close(self, timeout: float) -> None:
+        """Stops the workers (they leave their RPC groups together) and reaps them."""
+        for q in self.tasks:
+            q.put(None)
+        for proc in self.procs:
+            proc.join(timeout)
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        self.procs = []
+
+
+def check_equal_workers(num_workers: int, cpu_group: Optional[object],
+                        world_size: int) -> None:
+    """Every rank must start the same number of workers (their RPC groups pair up)."""
+    if world_size == 1:
+        return
+    import torch.distributed as dist
+
+    values = torch.tensor([num_workers, -num_workers])
+    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=cpu_group)
+    if int(values[0]) != num_workers or int(-values[1]) != num_workers:
+        raise ValueError(f"every rank must use the same num_workers (this rank: {num_workers}, "
+                         f"range over ranks: {int(-values[1])}..{int(values[0])})")
