@@ -42,14 +42,13 @@ def _gather_all(values: Tensor, world_size: int, group: Optional[object]) -> Lis
     return [o[..., :int(s.item())] for o, s in zip(out, sizes)]
 
 
-def _split(local: Tensor, ctx: DistContext, num_parts: int, force_even: bool,
-           group: Optional[object]) -> Tensor:
+def _split(local: Tensor, ctx: DistContext, num_parts: int, force_even: bool) -> Tensor:
     part = ctx.partition_id(num_parts)
     ranks = ctx.ranks_of(part, num_parts)
     mine = _chunk(local, ranks.index(ctx.rank), len(ranks))
     if not force_even or ctx.world_size == 1:
         return mine
-    everything = torch.cat(_gather_all(mine, ctx.world_size, group), dim=-1)
+    everything = torch.cat(_gather_all(mine, ctx.world_size, _cpu_group(ctx)), dim=-1)
     return _chunk(everything, ctx.rank, ctx.world_size)
 
 
@@ -72,7 +71,7 @@ def node_split(data: Union[Stores, LocalFeatureStore], split: str = "train",
     features = data[0] if isinstance(data, (tuple, list)) else data
     ctx = ctx or DistContext.from_env()
     ids = features.split_ids(split, node_type)
-    return _split(ids, ctx, features.meta.num_parts, force_even, _cpu_group())
+    return _split(ids, ctx, features.meta.num_parts, force_even)
 
 
 def edge_split(data: Stores, ctx: Optional[DistContext] = None,
@@ -92,14 +91,17 @@ def edge_split(data: Stores, ctx: Optional[DistContext] = None,
     edge_type = graph.meta.edge_type(edge_type)
     src, dst = graph.csc[edge_type].coo()
     local = torch.stack([src, dst, graph.csc[edge_type].edge_ids()])
-    out = _split(local, ctx, graph.num_parts, force_even, _cpu_group())
+    out = _split(local, ctx, graph.num_parts, force_even)
     return (out[:2], out[2]) if return_eids else out[:2]
 
 
-def _cpu_group() -> Optional[object]:
+def _cpu_group(ctx: DistContext) -> Optional[object]:
+    """The gloo group for seed collectives (initialising the process group if needed)."""
     from pyg_dist.rpc import runtime
 
-    return runtime.current().cpu_group if runtime.is_initialized() else None
+    if runtime.is_initialized():
+        return runtime.current().cpu_group
+    return runtime.ensure_process_group(ctx)
 
 
 @dataclass
@@ -127,25 +129,23 @@ class EpochPlan:
         return num_seeds // batch_size if drop_last else math.ceil(num_seeds / batch_size)
 
     def order(self, epoch: int) -> Tensor:
-        """Positions into this rank's seeds for one epoch.
-
-        When other ranks have more batches, this rank pads by wrapping around its own
-        (reshuffled) seeds, so every rank runs exactly ``num_batches`` batches.
-        """
+        """Positions into this rank's seeds for one epoch (shuffled with ``seed + epoch``)."""
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + epoch)
-            order = torch.randperm(self.num_seeds, generator=gen)
-        else:
-            order = torch.arange(self.num_seeds)
-        own = self.local_batches(self.num_seeds, self.batch_size, self.drop_last)
-        if self.num_batches <= own:
-            return order
-        if self.num_seeds == 0:
-            raise ValueError("this rank has no seeds but other ranks do: give every rank at "
-                             "least one seed (e.g. node_split(..., force_even=True))")
-        needed = self.num_batches * self.batch_size
-        return order.repeat(math.ceil(needed / self.num_seeds))[:needed]
+            return torch.randperm(self.num_seeds, generator=gen)
+        return torch.arange(self.num_seeds)
 
     def batches(self, epoch: int) -> List[Tensor]:
-        """``num_batches`` tensors of positions into this rank's seeds."""
-        return list(torch.split(self.order(epoch), self.batch_size))[:self.num_batches]
+        """``num_batches`` tensors of positions into this rank's seeds.
+
+        When other ranks have more batches, this rank pads by repeating its own
+        batches of the epoch in order, so every rank runs exactly ``num_batches``
+        batches and no batch holds a seed twice.
+        """
+        own = list(torch.split(self.order(epoch), self.batch_size))
+        if self.drop_last and own and own[-1].numel() < self.batch_size:
+            own.pop()
+        if self.num_batches > len(own) and not own:
+            raise ValueError("this rank has no seeds but other ranks do: give every rank at "
+                             "least one seed (e.g. node_split(..., force_even=True))")
+        return [own[i % len(own)] for i in range(self.num_batches)] if own else []

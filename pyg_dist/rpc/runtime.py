@@ -182,7 +182,7 @@ def init_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] 
     return state
 
 
-def _ensure_process_group(ctx: DistContext) -> Optional[Any]:
+def ensure_process_group(ctx: DistContext) -> Optional[Any]:
     """Initialises the default process group (gloo) if user code did not, and returns a
     gloo group for pyg_dist's CPU collectives (``None`` = the default group)."""
     if not dist.is_initialized():
@@ -197,7 +197,7 @@ def _ensure_process_group(ctx: DistContext) -> Optional[Any]:
 def _join(state: RpcGroup, collectives: bool) -> None:
     _register_hooks()
     if collectives:
-        state.cpu_group = _ensure_process_group(state.ctx)
+        state.cpu_group = ensure_process_group(state.ctx)
     _PENDING[state.name] = state.ctx
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=f"{_SCHEME}://{state.name}", rpc_timeout=state.ctx.rpc_timeout,

@@ -167,13 +167,16 @@ class DistNeighborSampler(BaseSampler):
     async def sample_nodes(self, inputs: NodeSamplerInput) -> Output:
         """Async form of :meth:`sample_from_nodes`."""
         node_type = self._input_node_type(inputs.input_type)
-        seeds, time = inputs.node, inputs.time
-        if not self.config.disjoint:
-            seeds = _unique_keep_order(seeds)
-            time = None
+        seeds, time, input_id = inputs.node, inputs.time, inputs.input_id
+        if not self.config.disjoint:  # a repeated seed is sampled once, as the first one
+            keep = _first_occurrences(seeds)
+            if keep is not None:
+                seeds, input_id = seeds[keep], input_id[keep]
+                time = time[keep] if time is not None else None
         sub = await self.sample_subgraph({node_type: seeds},
-                                         {node_type: time} if time is not None else None)
-        return self.to_pyg(sub, metadata=(inputs.input_id, inputs.time))
+                                         {node_type: time} if time is not None and
+                                         self.config.disjoint else None)
+        return self.to_pyg(sub, metadata=(input_id, time))
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
         return self.group.loop.run(self.sample_nodes(index))
@@ -222,11 +225,12 @@ def _unpack(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
     return data[0], data[1]
 
 
-def _unique_keep_order(ids: Tensor) -> Tensor:
-    """Drops repeated ids, keeping the first occurrence's position."""
+def _first_occurrences(ids: Tensor) -> Optional[Tensor]:
+    """Positions of the first occurrence of every distinct id, in order (``None``
+    when the ids are already distinct)."""
     uniq, inverse = torch.unique(ids, return_inverse=True)
     if uniq.numel() == ids.numel():
-        return ids
+        return None
     first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.long)
     first.scatter_reduce_(0, inverse, torch.arange(ids.numel()), reduce="amin")
-    return ids[torch.sort(first).values]
+    return torch.sort(first).values

@@ -1,0 +1,174 @@
+"""DistNeighborLoader / DistLinkNeighborLoader in real multi-process jobs.
+
+Every batch is checked inside the rank that produced it against the original
+graph (id-encoded attributes ``nid``/``oid`` say which original node or edge a
+fetched row belongs to). Every batch also runs an ``all_reduce`` like DDP's
+backward, so a rank yielding fewer batches than its peers would hang the job
+(bounded by the test timeout) instead of passing.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader, LocalFeatureStore,
+                      LocalGraphStore, Partitioner, edge_split, node_split, shutdown_rpc)
+from pyg_dist.partition import io
+from pyg_dist.testing import run_ranks
+from pyg_dist.testing.graphs import encode_ids
+
+
+def _open(root: str, init_pg: bool = True):
+    ctx = DistContext.from_env(rpc_timeout=30)
+    if init_pg:  # user code owns the DDP process group
+        dist.init_process_group("gloo", rank=ctx.rank, world_size=ctx.world_size)
+    pid = ctx.partition_id(io.read_meta(Path(root)).num_parts)
+    return ctx, (LocalFeatureStore.from_partition(root, pid),
+                 LocalGraphStore.from_partition(root, pid))
+
+
+def _check_node_batch(batch, edge_index: torch.Tensor, y: torch.Tensor, seeds: torch.Tensor,
+                      node_map: torch.Tensor, edge_map: torch.Tensor) -> None:
+    assert torch.equal(batch.n_id[:batch.batch_size], seeds)  # seeds first
+    assert torch.equal(batch.nid, node_map[batch.n_id])      # features of the right node
+    assert torch.equal(batch.y, y[batch.nid])
+    assert torch.equal(batch.oid, edge_map[batch.e_id])      # edge attributes by e_id
+    ends = torch.stack([batch.nid[batch.edge_index[0]], batch.nid[batch.edge_index[1]]])
+    assert torch.equal(ends, edge_index[:, batch.oid])       # every edge is a real edge
+    assert batch.edge_index.size(1) == batch.e_id.numel() == batch.e_id.unique().numel()
+
+
+def _ddp_step(ctx: DistContext) -> None:
+    if ctx.world_size > 1:
+        dist.all_reduce(torch.ones(1))
+
+
+def _node_job(root: str, edge_index, y, num_workers: int) -> Dict:
+    ctx, data = _open(root)
+    node_map = io.load_pt(Path(root) / io.NODE_MAP_FILE)
+    edge_map = io.load_pt(Path(root) / io.EDGE_MAP_FILE)
+    ids = node_split(data, "train", ctx)
+    if ctx.rank == 1:
+        ids = ids[:5]  # uneven seeds: rank 1 has one batch, rank 0 several
+    loader = DistNeighborLoader(data=data, num_neighbors=[10, 5], input_nodes=ids,
+                                batch_size=16, shuffle=False, num_workers=num_workers,
+                                current_ctx=ctx)
+    counts = []
+    for i, batch in enumerate(loader):  # epoch 0: in order, padded on the smaller rank
+        j = i % math.ceil(ids.numel() / 16)  # a rank with fewer batches repeats its own
+        seeds = ids[16 * j:16 * (j + 1)]
+        _check_node_batch(batch, edge_index, y, seeds, node_map, edge_map)
+        _ddp_step(ctx)
+        counts.append(batch.batch_size)
+    for i, batch in enumerate(loader):  # epoch 1: leave early
+        _ddp_step(ctx)
+        if i == 1:
+            break
+    epoch2 = 0
+    for batch in loader:  # epoch 2: a full epoch after an early break
+        _ddp_step(ctx)
+        epoch2 += 1
+    loader.close()
+    shutdown_rpc()
+    return {"len": len(loader), "counts": counts, "epoch2": epoch2, "seeds": ids.numel()}
+
+
+@pytest.fixture(scope="module")
+def cora2(cora, tmp_path_factory):
+    data = encode_ids(cora)
+    root = tmp_path_factory.mktemp("cora2")
+    Partitioner(data, 2, root, seed=0, progress=False).generate()
+    return data, root
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_node_loader_two_ranks_uneven_seeds(cora2, num_workers):
+    data, root = cora2
+    out = run_ranks(_node_job, 2, str(root), data.edge_index, data.y, num_workers,
+                    timeout=200)
+    want = math.ceil(out[0]["seeds"] / 16)
+    assert out[0]["seeds"] > 16 * 3 and out[1]["seeds"] == 5
+    for rank in range(2):
+        assert out[rank]["len"] == want == len(out[rank]["counts"]) == out[rank]["epoch2"]
+    assert sum(out[0]["counts"]) == out[0]["seeds"]
+    assert out[1]["counts"] == [5] * want  # rank 1 repeats its one batch
+
+
+def _link_job(root: str, edge_index) -> Dict:
+    ctx, data = _open(root)
+    node_map = io.load_pt(Path(root) / io.NODE_MAP_FILE)
+    existing = set(map(tuple, edge_index.t().tolist()))
+    seeds = edge_split(data, ctx)
+    loader = DistLinkNeighborLoader(data=data, num_neighbors=[5, 5], edge_label_index=seeds,
+                                    neg_sampling="binary", batch_size=64, shuffle=True,
+                                    current_ctx=ctx)
+    pos = neg = neg_edges = 0
+    for batch in loader:
+        _ddp_step(ctx)
+        ends = node_map[batch.n_id][batch.edge_label_index]
+        assert torch.equal(batch.nid, node_map[batch.n_id])
+        for (s, d), label in zip(ends.t().tolist(), batch.edge_label.tolist()):
+            if label == 1:
+                assert (s, d) in existing
+                pos += 1
+            else:
+                neg += 1
+                neg_edges += (s, d) in existing
+    loader.close()
+    shutdown_rpc()
+    return {"pos": pos, "neg": neg, "neg_edges": neg_edges, "seeds": seeds.size(1)}
+
+
+@pytest.mark.timeout(200)
+def test_link_loader_positives_are_edges_negatives_are_not(cora2):
+    data, root = cora2
+    out = run_ranks(_link_job, 2, str(root), data.edge_index, timeout=160)
+    assert sum(o["seeds"] for o in out) == data.edge_index.size(1)
+    for o in out:
+        assert o["pos"] >= o["seeds"] and o["neg"] == o["pos"]  # padding may repeat seeds
+        assert o["neg_edges"] == 0
+
+
+def _hetero_job(root: str, hetero) -> Dict:
+    ctx, data = _open(root, init_pg=False)  # the loader initialises the process group
+    node_map = io.load_pt(Path(root) / io.NODE_MAP_FILE)
+    ids = node_split(data, "train", ctx, node_type="paper", force_even=True)
+    loader = DistNeighborLoader(data=data, num_neighbors=[4, 3], input_nodes=("paper", ids),
+                                batch_size=32, current_ctx=ctx)
+    batches = 0
+    for batch in loader:
+        _ddp_step(ctx)
+        batches += 1
+        assert torch.equal(batch["paper"].n_id[:batch["paper"].batch_size],
+                           ids[32 * (batches - 1):32 * batches])
+        for t in batch.node_types:
+            assert torch.equal(batch[t].nid, node_map[t][batch[t].n_id])
+            assert torch.equal(batch[t].x, hetero[t].x[batch[t].nid])
+        for et in batch.edge_types:
+            src = batch[et[0]].nid[batch[et].edge_index[0]]
+            dst = batch[et[2]].nid[batch[et].edge_index[1]]
+            assert torch.equal(torch.stack([src, dst]), hetero[et].edge_index[:, batch[et].oid])
+    loader.close()
+    shutdown_rpc()
+    return {"batches": batches, "len": len(loader), "seeds": ids.numel()}
+
+
+@pytest.mark.timeout(200)
+def test_hetero_node_loader_three_ranks(hetero_graph, tmp_path):
+    data = encode_ids(hetero_graph)
+    Partitioner(data, 3, tmp_path, seed=0, progress=False, overwrite=True).generate()
+    out = run_ranks(_hetero_job, 3, str(tmp_path), data, timeout=160)
+    counts = [o["seeds"] for o in out]
+    assert sum(counts) == int(data["paper"].train_mask.sum()) and max(counts) - min(counts) <= 1
+    assert all(o["batches"] == o["len"] == out[0]["len"] for o in out)
+
+
+def test_unknown_keyword_is_a_type_error(cora2):
+    with pytest.raises(TypeError, match="num_neighbours"):
+        DistNeighborLoader(data=None, num_neighbours=[1])  # type: ignore[call-arg]
