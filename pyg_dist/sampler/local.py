@@ -58,27 +58,36 @@ class LocalSampler:
         local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)
         weights = self.edge_weight(edge_type, weight_attr) if weight_attr else None
         edge_time = self.edge_time(edge_type, time_attr) if time_attr else None
+        if edge_time is None:
+            seed_time = None
         counts, nbrs, pos = sample_one_hop(
             csc.indptr, csc.indices, local, fanout, replace, rng_seed, weights=weights,
-            edge_time=edge_time, seed_time=seed_time if time_attr else None,
+            edge_time=edge_time, seed_time=seed_time,
             temporal_strategy=strategy)
         return counts, nbrs, pos + csc.edge_offset
 
-    def edge_weight(self, edge_type: EdgeType, attr: str) -> Tensor:
-        """Sampling weights of the stored edges (float64, CSC order)."""
+    def edge_weight(self, edge_type: EdgeType, attr: str) -> Optional[Tensor]:
+        """Sampling weights of the stored edges (float64, CSC order); ``None`` when the
+        edge type has no such attribute (its edges are drawn uniformly)."""
+        if not self.features.has(edge_type, attr):
+            return None
+
         def build() -> Tensor:
-            if not self.features.has(edge_type, attr):
-                raise KeyError(f"weight_attr '{attr}' is not an edge attribute of "
-                               f"{edge_key(edge_type)}")
             w = self.features.tensor(edge_type, attr).to(torch.float64).view(-1)
-            if w.numel() and float(w.min()) < 0:
-                raise ValueError(f"edge weights '{attr}' of {edge_key(edge_type)} are negative")
+            if w.numel() and not bool((w >= 0).all()):
+                raise ValueError(f"edge weights '{attr}' of {edge_key(edge_type)} must be "
+                                 f"non-negative numbers")
             return w
         return self._cached("weight", edge_type, attr, build)
 
-    def edge_time(self, edge_type: EdgeType, attr: str) -> Tensor:
-        """Time of every stored edge (int64, CSC order): the edge's own time if
-        ``attr`` is an edge attribute, else the time of its source node."""
+    def edge_time(self, edge_type: EdgeType, attr: str) -> Optional[Tensor]:
+        """Time of every stored edge (int64, CSC order): the edge's own time if ``attr``
+        is an edge attribute, else the time of its source node; ``None`` when neither
+        exists (no time filter on this edge type, as in PyG)."""
+        if not self.features.has(edge_type, attr) and \
+                attr not in self.graph.meta.node_attrs.get(edge_type[0], {}):
+            return None
+
         def build() -> Tensor:
             if self.features.has(edge_type, attr):
                 return self.features.tensor(edge_type, attr).long().view(-1)

@@ -61,6 +61,8 @@ class DistNeighborSampler(BaseSampler):
             num_neighbors, self.meta.edge_types, replace=replace,
             disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
             time_attr=time_attr, weight_attr=weight_attr)
+        _check_attr(self.meta, time_attr, "time_attr", nodes=True)
+        _check_attr(self.meta, weight_attr, "weight_attr", nodes=False)
         self.group, self.local = serving_group(current_ctx, features, graph)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
@@ -223,6 +225,17 @@ def _unpack(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
         raise TypeError("data must be a (LocalFeatureStore, LocalGraphStore) pair, got "
                         f"{type(data).__name__}")
     return data[0], data[1]
+
+
+def _check_attr(meta, attr: Optional[str], what: str, nodes: bool) -> None:
+    """``attr`` must be stored for at least one edge type (or node type if ``nodes``)."""
+    if attr is None:
+        return
+    found = any(attr in a for a in meta.edge_attrs.values())
+    found = found or (nodes and any(attr in a for a in meta.node_attrs.values()))
+    if not found:
+        where = "node or edge" if nodes else "edge"
+        raise ValueError(f"{what}='{attr}' is not a stored {where} attribute of this graph")
 
 
 def _first_occurrences(ids: Tensor) -> Optional[Tensor]:

@@ -150,3 +150,149 @@ def test_full_fanout_is_khop_neighbourhood_hetero(hetero_parts, num_parts):
     results = run_ranks(_sampling_job, num_parts, str(roots[num_parts]), seeds, [-1] * HOPS,
                         {}, timeout=150)
     _check_full(data, roots[num_parts], seeds, results)
+
+
+# ---- fan-out k: real edges, min(k, degree) per node, no duplicates, fair draws ---------
+FANOUT = [5, 3]
+
+
+def _fanout_job(root: str, seeds_per_rank, hub: int, draws: int) -> Dict:
+    ctx, data = _stores(root)
+    try:
+        sampler = DistNeighborSampler(data, num_neighbors=FANOUT, current_ctx=ctx, seed=ctx.rank)
+        out = {"runs": [_run(sampler, s, fetch=False) for s in seeds_per_rank[ctx.rank]]}
+        if ctx.rank == 0:  # a hub owned by another partition, drawn many times
+            one = DistNeighborSampler(data, num_neighbors=[3], current_ctx=ctx, seed=11)
+            out["hub"] = torch.cat([one.group.loop.run(one.sample_subgraph(
+                {HOMO_NODE: torch.tensor([hub])})).edge[HOMO_EDGE] for _ in range(draws)])
+        return out
+    finally:
+        shutdown_rpc()
+
+
+@pytest.mark.timeout(180)
+def test_fanout_k_three_partitions(cora_parts):
+    data, roots = cora_parts
+    root = roots[3]
+    node_maps, edge_maps = _maps(root, False)
+    node_map, edge_map = node_maps[HOMO_NODE], edge_maps[HOMO_EDGE]
+    deg = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    meta = io.read_meta(root)
+    book = meta.node_book(HOMO_NODE)
+    new_deg = deg[node_map]
+    remote = torch.arange(book.start(2), book.start(2) + book.size(2))
+    hub = int(remote[new_deg[remote].argmax()])
+    seeds = _seed_sets(node_maps, HOMO_NODE, 3, 2, 40)
+    draws = 300
+    results = run_ranks(_fanout_job, 3, str(root), seeds, hub, draws, timeout=150)
+    for rank_out in results:
+        for out in rank_out["runs"]:
+            ids, row, col, eid = (out["node"][HOMO_NODE], out["row"][HOMO_EDGE],
+                                  out["col"][HOMO_EDGE], out["edge"][HOMO_EDGE])
+            oid = edge_map[eid]
+            assert eid.unique().numel() == eid.numel()  # no duplicates without replacement
+            ends = torch.stack([node_map[ids[row]], node_map[ids[col]]])
+            assert torch.equal(ends, data.edge_index[:, oid])  # every sampled edge is real
+            layers = torch.tensor(out["num_nodes"][HOMO_NODE]).cumsum(0).tolist()
+            edge_ends = torch.tensor(out["num_edges"][HOMO_EDGE]).cumsum(0).tolist()
+            lo = 0
+            for h, k in enumerate(FANOUT):  # nodes of layer h get min(k, deg) in-edges
+                cols = col[lo:edge_ends[h]]
+                first, last = (layers[h - 1] if h else 0), layers[h]
+                got = torch.bincount(cols - first, minlength=last - first)
+                assert torch.equal(got, new_deg[ids[first:last]].clamp(max=k))
+                lo = edge_ends[h]
+    hub_edges = results[0]["hub"]
+    d = int(new_deg[hub])
+    freq = torch.bincount(hub_edges - int(hub_edges.min()), minlength=d).float() / draws
+    assert hub_edges.numel() == 3 * draws and hub_edges.unique().numel() == d
+    assert float((freq - 3 / d).abs().max()) < 0.1  # p=3/d (d>=30): ~6 std of slack
+
+
+# ---- temporal and weighted sampling on a heterogeneous graph ---------------------------
+def _hetero_props_job(root: str, seeds: torch.Tensor, seed_time: torch.Tensor) -> Dict:
+    ctx, data = _stores(root)
+    try:
+        out = {}
+        node_t = DistNeighborSampler(data, num_neighbors=[4, 4], current_ctx=ctx,
+                                     time_attr="time", seed=1)
+        out["node_time"] = _run(node_t, {"paper": seeds})
+        edge_t = DistNeighborSampler(data, num_neighbors=[4, 4], current_ctx=ctx,
+                                     time_attr="edge_time", temporal_strategy="last", seed=2)
+        out["edge_time"] = _run(edge_t, {"paper": seeds}, {"paper": seed_time})
+        weighted = DistNeighborSampler(data, num_neighbors=[5, 5], current_ctx=ctx,
+                                       weight_attr="edge_weight", seed=3)
+        out["weighted"] = _run(weighted, {"paper": seeds}, fetch=False)
+        return out
+    finally:
+        shutdown_rpc()
+
+
+@pytest.mark.timeout(180)
+def test_temporal_and_weighted_hetero(hetero_parts):
+    data, roots = hetero_parts
+    root = roots[2]
+    node_map, edge_map = _maps(root, True)
+    seeds = _seed_sets(node_map, "paper", 2, 1, 40)
+    seed_time = torch.full((40,), 2012)
+    per_rank = [s[0]["paper"] for s in seeds]
+    results = [run_ranks(_hetero_props_job, 2, str(root), per_rank[0], seed_time, timeout=150)]
+    cites = ("paper", "cites", "paper")
+    year = data["paper"].time
+    for out in results[0]:
+        node_out = out["node_time"]  # no sampled paper is newer than its subtree's seed
+        papers, batch = node_out["node"]["paper"], node_out["batch"]["paper"]
+        own_time = year[node_map["paper"][per_rank[0]]]
+        assert bool((year[node_map["paper"][papers]] <= own_time[batch]).all())
+        assert node_out["edge"][cites].numel() > 0
+        edge_out = out["edge_time"]  # no sampled edge is newer than the seed time
+        for et in (cites, ("author", "writes", "paper")):
+            oid = edge_map[et][edge_out["edge"][et]]
+            assert oid.numel() > 0 and bool((data[et].edge_time[oid] <= 2012).all())
+        weighted = out["weighted"]  # zero-weight edges never appear
+        oid = edge_map[cites][weighted["edge"][cites]]
+        assert oid.numel() > 0 and bool((data[cites].edge_weight[oid] > 0).all())
+
+
+# ---- faults ---------------------------------------------------------------------------
+def _fault_job(root: str) -> Dict:
+    import time
+
+    from pyg_dist.sampler.types import HopRequest
+
+    ctx, data = _stores(root)
+    sampler = DistNeighborSampler(data, num_neighbors=[2], current_ctx=ctx, seed=0)
+    book = sampler.meta.node_book(HOMO_NODE)
+    out = {}
+    try:
+        sampler.group.loop.run(sampler.sample_subgraph({HOMO_NODE: torch.tensor([book.total])}))
+    except ValueError as exc:
+        out["range"] = str(exc)
+    if ctx.rank == 1:
+        time.sleep(3)
+        os._exit(1)  # a peer dies mid-epoch
+    bad = HopRequest([HOMO_EDGE], [torch.tensor([book.start(0)])], [2], [None], False,
+                     "uniform", None, None, 0)
+    try:  # partition 1 does not own this seed: its error comes back to the caller
+        sampler.group.call(1, "sampler.hop", bad)
+    except ValueError as exc:
+        out["remote"] = str(exc)
+    remote_seed = torch.tensor([book.start(1)])
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < 60:
+            sampler.group.loop.run(sampler.sample_subgraph({HOMO_NODE: remote_seed}))
+    except RpcPeerError as exc:
+        out["dead"] = str(exc)
+    out["dead_after_s"] = time.monotonic() - start
+    shutdown_rpc(graceful=False)
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_faults_out_of_range_remote_error_and_dead_peer(cora_parts):
+    _, roots = cora_parts
+    out = run_ranks(_fault_job, 2, str(roots[2]), timeout=100, may_die=[1])[0]
+    assert "out of range" in out["range"] or "2708" in out["range"], out["range"]
+    assert "trainers0-1" in out["remote"] and "own" in out["remote"], out["remote"]
+    assert "rank 1" in out["dead"] and out["dead_after_s"] < 30, out
