@@ -6,8 +6,10 @@ other batches' hops. Exceptions always travel to whoever waits on the result.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
+import weakref
 from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import torch
@@ -48,6 +50,16 @@ def wrap_future(fut: torch.futures.Future, loop: asyncio.AbstractEventLoop,
     return target
 
 
+_LOOPS: "weakref.WeakSet[EventLoopThread]" = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    """Stops every loop before the interpreter finalises: a daemon thread still inside
+    native code at that point is unwound by force, and the process aborts."""
+    for loop in list(_LOOPS):
+        loop.close()
+
+
 class EventLoopThread:
     """A dedicated asyncio loop running forever on a daemon thread.
 
@@ -59,6 +71,9 @@ class EventLoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        if not _LOOPS:
+            atexit.register(_close_all)  # once per batch of loops; closing twice is a no-op
+        _LOOPS.add(self)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
