@@ -11,6 +11,7 @@ from pyg_dist.loader.base import DistLoader
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.producer import ProducerSpec
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import EdgeType
@@ -86,6 +87,7 @@ class DistLinkNeighborLoader(DistLoader):
                  transform: Optional[Callable[[Batch], Batch]] = None,
                  even_batches: bool = True, seed: int = 0,
                  pin_memory: Optional[bool] = None) -> None:
+        data = unpack_stores(data)
         self.input_type, self.edge_label_index = resolve_edge_label_index(data[1],
                                                                           edge_label_index)
         num = self.edge_label_index.size(1)

@@ -11,6 +11,7 @@ from pyg_dist.loader.base import DistLoader
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.producer import ProducerSpec
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import NodeType
@@ -87,6 +88,7 @@ class DistNeighborLoader(DistLoader):
                  transform: Optional[Callable[[Batch], Batch]] = None,
                  even_batches: bool = True, seed: int = 0,
                  pin_memory: Optional[bool] = None) -> None:
+        data = unpack_stores(data)
         self.input_type, self.input_nodes = resolve_input_nodes(data[1], input_nodes)
         if input_time is not None and input_time.numel() != self.input_nodes.numel():
             raise ValueError(f"input_time has {input_time.numel()} entries for "

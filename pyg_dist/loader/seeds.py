@@ -142,10 +142,10 @@ class EpochPlan:
         batches of the epoch in order, so every rank runs exactly ``num_batches``
         batches and no batch holds a seed twice.
         """
-        own = list(torch.split(self.order(epoch), self.batch_size))
+        own = [b for b in torch.split(self.order(epoch), self.batch_size) if b.numel()]
         if self.drop_last and own and own[-1].numel() < self.batch_size:
             own.pop()
-        if self.num_batches > len(own) and not own:
+        if self.num_batches > 0 and not own:
             raise ValueError("this rank has no seeds but other ranks do: give every rank at "
                              "least one seed (e.g. node_split(..., force_even=True))")
         return [own[i % len(own)] for i in range(self.num_batches)] if own else []

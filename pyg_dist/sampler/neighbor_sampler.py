@@ -52,7 +52,7 @@ class DistNeighborSampler(BaseSampler):
                  disjoint: bool = False, temporal_strategy: str = "uniform",
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  seed: Optional[int] = None) -> None:
-        features, graph = _unpack(data)
+        features, graph = unpack_stores(data)
         if str(getattr(subgraph_type, "value", subgraph_type)) not in SUBGRAPH_TYPES:
             raise NotImplementedError(f"subgraph_type={subgraph_type!r} is not supported "
                                       f"(only 'directional')")
@@ -218,7 +218,7 @@ class DistNeighborSampler(BaseSampler):
             metadata=metadata)
 
 
-def _unpack(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
+def unpack_stores(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
     if (not isinstance(data, (tuple, list)) or len(data) != 2
             or not isinstance(data[0], LocalFeatureStore)
             or not isinstance(data[1], LocalGraphStore)):

@@ -67,7 +67,13 @@ def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
         if group.ctx.is_distributed:
             dist.barrier(group=group.cpu_group)  # peers may only ask once everyone serves
         return group, group.served["sampler"]
-    if sampler.graph is not graph and sampler.graph.part != graph.part:
-        raise ValueError(f"this process serves partition {sampler.graph.part}, not "
-                         f"{graph.part}")
+    if sampler.graph is graph and sampler.features is features:
+        return group, sampler
+    if not group.ctx.is_distributed:  # standalone: serve the stores given now
+        group.served.update(_served(features, graph))
+        return group, group.served["sampler"]
+    if sampler.graph.part != graph.part or sampler.graph.meta != graph.meta:
+        raise ValueError(f"this process already serves partition {sampler.graph.part} of "
+                         f"another graph to its peers; call shutdown_rpc() before switching "
+                         f"to partition {graph.part} of a different graph")
     return group, sampler

@@ -1,0 +1,99 @@
+"""Loaders and sampler in one process (standalone mode: one partition, no RPC agent)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.sampler import NodeSamplerInput
+
+from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
+                      DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
+                      edge_split, node_split, shutdown_rpc)
+from pyg_dist.loader.seeds import EpochPlan
+from pyg_dist.testing.graphs import encode_ids
+
+
+@pytest.fixture(scope="module")
+def cora1(cora, tmp_path_factory):
+    data = encode_ids(cora)
+    root = tmp_path_factory.mktemp("cora1")
+    Partitioner(data, 1, root, progress=False).generate()
+    stores = (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
+    yield data, stores, DistContext(rank=0, world_size=1)
+    shutdown_rpc()
+
+
+def test_node_loader_len_shuffle_and_epochs(cora1):
+    data, stores, ctx = cora1
+    ids = node_split(stores, "train", ctx)
+    assert ids.numel() == int(data.train_mask.sum())
+    loader = DistNeighborLoader(data=stores, num_neighbors=[10, 5], input_nodes=ids,
+                                batch_size=32, shuffle=True, drop_last=True, current_ctx=ctx)
+    assert len(loader) == ids.numel() // 32
+    epochs = [torch.cat([b.n_id[:b.batch_size] for b in loader]) for _ in range(2)]
+    assert all(e.numel() == 32 * len(loader) for e in epochs)
+    assert not torch.equal(epochs[0], epochs[1])  # reshuffled with seed + epoch
+    assert set(epochs[0].tolist()) <= set(ids.tolist())
+    loader.close()
+
+
+def test_disjoint_batches_keep_subtrees_apart(cora1):
+    _, stores, ctx = cora1
+    loader = DistNeighborLoader(data=stores, num_neighbors=[3, 2], input_nodes=None,
+                                batch_size=8, disjoint=True, current_ctx=ctx)
+    batch = next(iter(loader))
+    assert torch.equal(batch.batch[:8], torch.arange(8))
+    src, dst = batch.edge_index
+    assert torch.equal(batch.batch[src], batch.batch[dst])  # edges stay in their subtree
+    loader.close()
+
+
+def test_triplet_link_batches(cora1):
+    data, stores, ctx = cora1
+    seeds = edge_split(stores, ctx)[:, :40]
+    loader = DistLinkNeighborLoader(data=stores, num_neighbors=[3, 2], edge_label_index=seeds,
+                                    neg_sampling=dict(mode="triplet", amount=2), batch_size=10,
+                                    current_ctx=ctx)
+    existing = set(map(tuple, data.edge_index.t().tolist()))
+    for i, batch in enumerate(loader):
+        src = batch.nid[batch.src_index]
+        pos = batch.nid[batch.dst_pos_index]
+        assert batch.dst_neg_index.shape == (10, 2)
+        assert torch.equal(torch.stack([batch.n_id[batch.src_index],
+                                        batch.n_id[batch.dst_pos_index]]),
+                           seeds[:, 10 * i:10 * (i + 1)])
+        assert all((s, d) in existing for s, d in zip(src.tolist(), pos.tolist()))
+    loader.close()
+
+
+def test_repeated_seeds_keep_input_id_aligned(cora1):
+    _, stores, ctx = cora1
+    sampler = DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx)
+    out = sampler.sample_from_nodes(NodeSamplerInput(torch.arange(5),
+                                                     torch.tensor([4, 7, 4, 9, 7])))
+    assert out.node[:3].tolist() == [4, 7, 9] and out.metadata[0].tolist() == [0, 1, 3]
+
+
+def test_bad_inputs_are_clear_errors(cora1):
+    _, stores, ctx = cora1
+    with pytest.raises(ValueError, match="out of range"):
+        DistNeighborLoader(data=stores, num_neighbors=[2], input_nodes=torch.tensor([10**6]),
+                           current_ctx=ctx)
+    with pytest.raises(ValueError, match="fan-outs must be -1"):
+        DistNeighborLoader(data=stores, num_neighbors=[2, -3], current_ctx=ctx)
+    with pytest.raises(ValueError, match="num_neighbors names unknown edge type"):
+        DistNeighborLoader(data=stores, num_neighbors={("a", "b", "c"): [1]}, current_ctx=ctx)
+    with pytest.raises(ValueError, match="time_attr='year' is not a stored"):
+        DistNeighborLoader(data=stores, num_neighbors=[2], time_attr="year", current_ctx=ctx)
+    with pytest.raises(TypeError, match="data must be a"):
+        DistNeighborLoader(data=stores[1], num_neighbors=[2], current_ctx=ctx)
+    with pytest.raises(ValueError, match="batch_size must be"):
+        DistNeighborLoader(data=stores, num_neighbors=[2], batch_size=0, current_ctx=ctx)
+
+
+def test_epoch_plan_pads_by_repeating_whole_batches():
+    plan = EpochPlan(num_seeds=5, batch_size=2, num_batches=5, shuffle=False, drop_last=False,
+                     seed=0)
+    assert [b.tolist() for b in plan.batches(0)] == [[0, 1], [2, 3], [4], [0, 1], [2, 3]]
+    empty = EpochPlan(0, 2, 1, False, False, 0)
+    with pytest.raises(ValueError, match="no seeds but other ranks do"):
+        empty.batches(0)
