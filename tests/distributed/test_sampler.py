@@ -131,12 +131,13 @@ def _check_full(data, root: Path, seeds_per_rank, results) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("num_parts", [1, 2, 3])
-def test_full_fanout_is_khop_neighbourhood_cora(cora_parts, num_parts):
+@pytest.mark.parametrize("num_parts,world", [(1, 1), (2, 2), (3, 3), (2, 4)])
+def test_full_fanout_is_khop_neighbourhood_cora(cora_parts, num_parts, world):
+    """``world > num_parts``: several trainers share a partition (requests spread)."""
     data, roots = cora_parts
     node_map, _ = _maps(roots[num_parts], False)
-    seeds = _seed_sets(node_map, HOMO_NODE, num_parts, 2, 25)
-    results = run_ranks(_sampling_job, num_parts, str(roots[num_parts]), seeds, [-1] * HOPS,
+    seeds = _seed_sets(node_map, HOMO_NODE, world, 2, 25)
+    results = run_ranks(_sampling_job, world, str(roots[num_parts]), seeds, [-1] * HOPS,
                         {}, timeout=150)
     _check_full(data, roots[num_parts], seeds, results)
 
