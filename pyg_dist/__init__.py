@@ -4,6 +4,7 @@ Partition a graph offline (:class:`Partitioner` or ``pyg-dist-partition``), load
 partition per machine (:class:`LocalGraphStore`, :class:`LocalFeatureStore`), and
 train with :class:`DistNeighborLoader` under ``torchrun``.
 """
+from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
 from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
 from pyg_dist.partition import PartitionFormatError, PartitionMeta, Partitioner, RangeBook
 from pyg_dist.rpc import DistContext, shutdown_rpc
@@ -18,4 +19,5 @@ __all__ = [
     "DistContext", "init_rpc", "shutdown_rpc",
     "DistNeighborSampler", "DistNeighborLoader", "DistLinkNeighborLoader",
     "node_split", "edge_split",
+    "DistTensor", "DistEmbedding", "SparseAdagrad", "SparseAdam",
 ]

@@ -1,0 +1,146 @@
+"""``DistEmbedding``: a learnable embedding table sharded like a :class:`DistTensor`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_dist.embedding.checkpoint import PathLike, load_tensors, save_tensors
+from pyg_dist.embedding.layout import PartitionLike
+from pyg_dist.embedding.tensor import DistTensor, Index, InitFunc
+
+CHECKPOINT_KIND = "DistEmbedding"
+
+
+@dataclass
+class Lookup:
+    """One recorded call: the ids looked up and the leaf tensor handed out."""
+    ids: Tensor
+    rows: Tensor
+
+
+class DistEmbedding:
+    """A learnable embedding table whose rows live on their owner ranks.
+
+    Calling it with ids gathers those rows (see :class:`DistTensor`) into a leaf
+    tensor with ``requires_grad=True`` and records ``(ids, rows)`` while autograd is
+    enabled. :class:`~pyg_dist.embedding.SparseAdagrad` or
+    :class:`~pyg_dist.embedding.SparseAdam` later sends each row's gradient to its
+    owner rank. It is not an ``nn.Module`` and has no dense parameters, so it stays
+    outside ``DistributedDataParallel`` and dense optimizers.
+
+    Creation is collective (every rank, same order). Under ``torch.no_grad()`` nothing
+    is recorded.
+
+    Args:
+        num_embeddings (int): number of rows (e.g. nodes of one type).
+        embedding_dim (int): size of each row.
+        name (str, optional): name shared by every rank; an embedding created again
+            with the same name refers to the same rows.
+        init_func (callable, optional): ``init_func(shard_shape, dtype)`` returns the
+            initial rows of each rank's shard. (default: zeros)
+        partition (RangeBook or PartitionMeta or Sequence[int], optional): the node
+            partition book the rows follow; ``None`` splits rows evenly over ranks.
+        node_type (str, optional): node type, with the meta of a heterogeneous graph.
+        dtype (torch.dtype): element type. (default: ``torch.float32``)
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, name: Optional[str] = None,
+                 init_func: Optional[InitFunc] = None, partition: PartitionLike = None,
+                 node_type: Optional[str] = None, dtype: torch.dtype = torch.float32) -> None:
+        if int(num_embeddings) < 0 or int(embedding_dim) < 1:
+            raise ValueError(f"DistEmbedding needs num_embeddings >= 0 and embedding_dim >= 1, "
+                             f"got {num_embeddings} and {embedding_dim}")
+        if not dtype.is_floating_point:
+            raise TypeError(f"a learnable DistEmbedding needs a floating point dtype, "
+                            f"got {dtype}")
+        self.weight = DistTensor((int(num_embeddings), int(embedding_dim)), dtype, name=name,
+                                 init_func=init_func, partition=partition, node_type=node_type)
+        self._trace: List[Lookup] = []
+        self._consumed = 0  # leading entries of the trace already used by a step
+
+    @property
+    def name(self) -> str:
+        return self.weight.name
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.weight.shape[1]
+
+    def __call__(self, ids: Index, device: Optional[torch.device] = None) -> Tensor:
+        """Rows of ``ids`` (global ids; any integer tensor shape).
+
+        Args:
+            ids: the rows to look up.
+            device (torch.device, optional): where to put the result (the gradient
+                still flows back to the recorded CPU leaf).
+
+        Returns:
+            a tensor of shape ``(*ids.shape, embedding_dim)``; while autograd is
+            enabled it is built from a recorded leaf with ``requires_grad=True``.
+        """
+        rows = self.weight[ids]
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            flat = self.weight.flat_ids(ids)[0]
+            self._trace.append(Lookup(flat, rows))
+        return rows if device is None else rows.to(device, non_blocking=True)
+
+    forward = __call__
+
+    # ---- for the optimizers -------------------------------------------------------
+    def gradients(self) -> Tuple[Tensor, Tensor]:
+        """``(ids, grads)`` of every recorded lookup that received a gradient, with one
+        row per id occurrence (duplicates not yet combined)."""
+        ids, grads = [], []
+        for entry in self._trace:
+            if entry.rows.grad is not None:
+                ids.append(entry.ids)
+                grads.append(entry.rows.grad.reshape(-1, self.embedding_dim))
+        if not ids:
+            return (torch.empty(0, dtype=torch.long),
+                    torch.empty((0, self.embedding_dim), dtype=self.weight.dtype))
+        return torch.cat(ids), torch.cat(grads).to(self.weight.dtype)
+
+    def mark_stepped(self) -> None:
+        """The recorded lookups were used by an optimizer step."""
+        self._consumed = len(self._trace)
+
+    def zero_grad(self) -> None:
+        """Clears the gradients of recorded lookups and forgets those an optimizer step
+        already used (lookups recorded since the last step are kept, so calling
+        ``zero_grad()`` between forward and backward is fine, as with torch)."""
+        for entry in self._trace:
+            entry.rows.grad = None
+        del self._trace[:self._consumed]
+        self._consumed = 0
+
+    def reset_trace(self) -> None:
+        """Forgets every recorded lookup."""
+        self._trace.clear()
+        self._consumed = 0
+
+    # ---- checkpoints ---------------------------------------------------------------
+    def save(self, path: PathLike) -> None:
+        """Writes the table to the checkpoint folder ``path`` by global id (collective).
+
+        Each rank writes its rows with their global id range; rank 0 then writes the
+        manifest and a ``DONE`` marker. ``path`` must be visible to every rank.
+        """
+        save_tensors(path, CHECKPOINT_KIND, {"weight": self.weight},
+                     {"num_embeddings": self.num_embeddings,
+                      "embedding_dim": self.embedding_dim})
+
+    def load(self, path: PathLike) -> None:
+        """Reads a table written by :meth:`save`, on any number of ranks (collective)."""
+        load_tensors(path, CHECKPOINT_KIND, {"weight": self.weight})
+
+    def __repr__(self) -> str:
+        return (f"DistEmbedding({self.num_embeddings}, {self.embedding_dim}, "
+                f"name={self.name!r})")

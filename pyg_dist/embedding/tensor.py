@@ -1,0 +1,296 @@
+"""``DistTensor``: a tensor whose rows are sharded over the ranks of a job."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from pyg_dist.embedding import shards
+from pyg_dist.embedding.comm import Comm
+from pyg_dist.embedding.layout import PartitionLike, ShardLayout, resolve_book
+from pyg_dist.partition.book import RangeBook
+
+InitFunc = Callable[[Tuple[int, ...], torch.dtype], Tensor]
+Index = Union[int, slice, Sequence[int], Tensor]
+
+_ANONYMOUS = itertools.count()
+
+
+def zeros_init(shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    """The default ``init_func``: a shard of zeros."""
+    return torch.zeros(shape, dtype=dtype)
+
+
+class DistTensor:
+    """A tensor whose rows are sharded over the ranks of a job; each row has exactly
+    one owner rank (see :mod:`pyg_dist.embedding.layout` for who owns what).
+
+    ``t[ids]`` reads rows by global id: local rows directly, remote rows in one RPC
+    per owner rank, all in flight together. ``t[ids] = values`` writes them (when
+    ``ids`` repeats, the last value given for an id wins). Creation is collective:
+    every rank must create the same tensors in the same order. A named tensor created
+    again (with the same shape, dtype and layout) refers to the same rows and is not
+    re-initialised.
+
+    Works without RPC in a single process (standalone mode): the one rank owns all rows.
+
+    Args:
+        shape (Sequence[int]): global shape; rows are ``shape[0]``.
+        dtype (torch.dtype): element type. (default: ``torch.float32``)
+        name (str, optional): name shared by every rank; ``None`` picks one (ranks must
+            then create their unnamed tensors in the same order).
+        init_func (callable, optional): ``init_func(shard_shape, dtype)`` returns the
+            initial rows of each rank's shard. (default: zeros)
+        partition (RangeBook or PartitionMeta or Sequence[int], optional): the node
+            partition book the rows follow (rows are nodes of one type); ``None``
+            splits rows evenly over the ranks.
+        node_type (str, optional): the node type, when ``partition`` is the
+            :class:`PartitionMeta` of a heterogeneous graph.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype = torch.float32,
+                 name: Optional[str] = None, init_func: Optional[InitFunc] = None,
+                 partition: PartitionLike = None, node_type: Optional[str] = None) -> None:
+        self._comm = Comm.current()
+        self._name = name if name is not None else f"_dist_tensor_{next(_ANONYMOUS)}"
+        error: Optional[Exception] = None
+        try:
+            self._shape = _as_shape(shape)
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+            self.partition: Optional[RangeBook] = resolve_book(partition, node_type,
+                                                               self._shape[0])
+            layout = ShardLayout.build(self._shape[0], self._comm.world_size,
+                                       self._comm.rank, self.partition)
+        except (TypeError, ValueError, KeyError) as exc:  # raised after telling the others
+            error = exc
+        self._check_same_on_every_rank(error or (dtype, layout))
+        self._shard = self._create_shard(dtype, layout, init_func or zeros_init)
+
+    def _check_same_on_every_rank(self, mine: Any) -> None:
+        """Collective: every rank's arguments must agree (or one rank's error is raised
+        on every rank)."""
+        if isinstance(mine, Exception):
+            spec: Any = f"{type(mine).__name__}: {mine}"
+        else:
+            spec = (self._name, tuple(self._shape), str(mine[0]), mine[1].offsets)
+        specs = self._comm.all_gather_object(spec)
+        if isinstance(mine, Exception):
+            raise mine
+        failed = [f"rank {r}: {s}" for r, s in enumerate(specs) if isinstance(s, str)]
+        if failed:
+            raise RuntimeError(f"creating DistTensor '{self._name}' failed on other rank(s):\n"
+                               + "\n".join(failed))
+        if any(s != spec for s in specs):
+            lines = "\n".join(f"  rank {r}: name={s[0]!r}, shape={s[1]}, dtype={s[2]}"
+                              for r, s in enumerate(specs))
+            raise ValueError(f"ranks disagree on the DistTensor they create together (every "
+                             f"rank must create the same tensors in the same order):\n{lines}")
+
+    def _create_shard(self, dtype: torch.dtype, layout: ShardLayout,
+                      init_func: InitFunc) -> shards.Shard:
+        error: Optional[Exception] = None
+        shard = None
+        namespace = self._comm.namespace
+        try:
+            if shards.exists(namespace, self._name):  # the same rows again, as they are
+                data = torch.empty((0, *self._shape[1:]), dtype=dtype)
+            else:
+                data = _init_rows(init_func, (layout.stop - layout.start, *self._shape[1:]),
+                                  dtype, self._name)
+            shard = shards.register(namespace, shards.Shard(self._name, self._shape, dtype,
+                                                            layout, data))
+        except Exception as exc:  # re-raised here and reported to every other rank
+            error = exc
+        # nobody reads a peer's rows before every rank has registered its shard
+        self._comm.agree(error, f"creating DistTensor '{self._name}'")
+        assert shard is not None
+        return shard
+
+    # ---- torch-like attributes ---------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._shard.dtype
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def size(self, dim: Optional[int] = None) -> Union[torch.Size, int]:
+        return self._shape if dim is None else self._shape[dim]
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def __len__(self) -> int:
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        return (f"DistTensor(name={self._name!r}, shape={tuple(self._shape)}, "
+                f"dtype={self.dtype}, rank={self._comm.rank}, "
+                f"local_rows=[{self.layout.start}, {self.layout.stop}))")
+
+    # ---- ownership ---------------------------------------------------------------
+    @property
+    def layout(self) -> ShardLayout:
+        return self._shard.layout
+
+    @property
+    def local_range(self) -> Tuple[int, int]:
+        """Global rows ``[start, stop)`` owned by this rank."""
+        return self.layout.start, self.layout.stop
+
+    @property
+    def local_data(self) -> Tensor:
+        """This rank's rows (the stored tensor itself, not a copy)."""
+        return self._shard.data
+
+    @property
+    def lock(self) -> Any:
+        """Held while this rank's rows are read or written."""
+        return self._shard.lock
+
+    @property
+    def comm(self) -> Comm:
+        return self._comm
+
+    # ---- reads and writes ----------------------------------------------------------
+    def __getitem__(self, index: Index) -> Tensor:
+        """Rows of global ids ``index`` (int, slice, list or integer tensor of any
+        shape): a new tensor of shape ``(*index.shape, *self.shape[1:])``."""
+        ids, out_shape = self.flat_ids(index)
+        return self._read(ids).view(*out_shape, *self._shape[1:])
+
+    def __setitem__(self, index: Index, values: Tensor) -> None:
+        """Writes ``values`` (same dtype, shape ``(*index.shape, *self.shape[1:])``) to the
+        rows of global ids ``index``, at their owners."""
+        ids, out_shape = self.flat_ids(index)
+        self._check_values(values, out_shape)
+        values = values.reshape(ids.numel(), *self._shape[1:])
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        # the last value given for a repeated id wins
+        last = torch.full((uniq.numel(),), -1, dtype=torch.long).scatter_reduce_(
+            0, inverse, torch.arange(ids.numel()), reduce="amax")
+        self._write(uniq, values.index_select(0, last))
+
+    def flat_ids(self, index: Index) -> Tuple[Tensor, Tuple[int, ...]]:
+        """Global row ids as a flat ``int64`` tensor, and the shape of the index."""
+        if isinstance(index, bool):
+            raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids, got a bool")
+        if isinstance(index, int):
+            ids = torch.tensor(index, dtype=torch.long)
+        elif isinstance(index, slice):
+            ids = torch.arange(*index.indices(self._shape[0]), dtype=torch.long)
+        elif isinstance(index, Tensor):
+            if index.dtype == torch.bool or index.dtype.is_floating_point or \
+                    index.dtype.is_complex:
+                raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids, got a "
+                                f"tensor of dtype {index.dtype}")
+            ids = index.detach().to("cpu", torch.long)
+        elif isinstance(index, (list, tuple)):
+            ids = torch.as_tensor(index, dtype=torch.long) if len(index) else \
+                torch.empty(0, dtype=torch.long)
+        else:
+            raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids (int, slice, "
+                            f"list or integer tensor), got {type(index).__name__}")
+        flat = ids.reshape(-1)
+        if flat.numel():
+            lo, hi = int(flat.min()), int(flat.max())
+            if lo < 0 or hi >= self._shape[0]:
+                raise ValueError(f"DistTensor '{self._name}': id {lo if lo < 0 else hi} is out "
+                                 f"of range [0, {self._shape[0]})")
+        return flat, tuple(ids.shape)
+
+    def _check_values(self, values: Tensor, index_shape: Tuple[int, ...]) -> None:
+        if not isinstance(values, Tensor):
+            raise TypeError(f"DistTensor '{self._name}': values must be a tensor, got "
+                            f"{type(values).__name__}")
+        if values.dtype != self.dtype:
+            raise TypeError(f"DistTensor '{self._name}' holds {self.dtype}, got values of "
+                            f"dtype {values.dtype}")
+        expected = (*index_shape, *self._shape[1:])
+        if tuple(values.shape) != expected:
+            raise ValueError(f"DistTensor '{self._name}': values must have shape "
+                             f"{expected} (ids {index_shape} + row {tuple(self._shape[1:])}), "
+                             f"got {tuple(values.shape)}")
+
+    def _split_by_owner(self, uniq: Tensor) -> List[Tensor]:
+        """Sorted unique ids split into one (possibly empty) chunk per owner rank."""
+        bounds = torch.searchsorted(uniq, torch.as_tensor(self.layout.offsets)).tolist()
+        return [uniq[bounds[r]:bounds[r + 1]] for r in range(self.layout.world_size)]
+
+    def _read(self, ids: Tensor) -> Tensor:
+        start, stop = self.local_range
+        is_local = (ids >= start) & (ids < stop)
+        if bool(is_local.all()):
+            return self._shard.read(ids)
+        local_pos, remote_pos = is_local.nonzero().view(-1), (~is_local).nonzero().view(-1)
+        # each remote id is asked for once; sorted ids come grouped by owner
+        uniq, inverse = torch.unique(ids.index_select(0, remote_pos), return_inverse=True)
+        remote = {r: c for r, c in enumerate(self._split_by_owner(uniq)) if c.numel()}
+
+        async def fetch() -> Tensor:
+            group = self._comm.group
+            futures = [group.call_async(r, "embedding.read", self._name, c)
+                       for r, c in remote.items()]
+            out = torch.empty((ids.numel(), *self._shape[1:]), dtype=self.dtype)
+            # the local gather runs while the remote requests are in flight
+            out.index_copy_(0, local_pos, self._shard.read(ids.index_select(0, local_pos)))
+            fetched = torch.cat(await asyncio.gather(*futures))
+            return out.index_copy_(0, remote_pos, fetched.index_select(0, inverse))
+
+        return self._run(fetch())
+
+    def _write(self, uniq: Tensor, values: Tensor) -> None:
+        chunks = self._split_by_owner(uniq)
+        pieces = values.split([c.numel() for c in chunks])
+        me = self._comm.rank
+        remote = [r for r, c in enumerate(chunks) if r != me and c.numel()]
+        if not remote:
+            self._shard.write(chunks[me], pieces[me])
+            return
+
+        async def send() -> None:
+            group = self._comm.group
+            futures = [group.call_async(r, "embedding.write", self._name, chunks[r],
+                                        pieces[r].contiguous()) for r in remote]
+            self._shard.write(chunks[me], pieces[me])
+            await asyncio.gather(*futures)
+
+        self._run(send())
+
+    def _run(self, coro: Any) -> Any:
+        group = self._comm.group
+        assert group is not None, "remote rows without an RPC group"
+        return group.loop.run(coro, timeout=group.ctx.rpc_timeout + 5)
+
+
+def _as_shape(shape: Any) -> torch.Size:
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = tuple(int(s) for s in shape)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"shape must be a sequence of ints, got {shape!r}") from exc
+    if not dims or any(d < 0 for d in dims):
+        raise ValueError(f"shape must have at least one dimension and no negative sizes, "
+                         f"got {dims}")
+    return torch.Size(dims)
+
+
+def _init_rows(init_func: InitFunc, shape: Tuple[int, ...], dtype: torch.dtype,
+               name: str) -> Tensor:
+    data = init_func(shape, dtype)
+    if not isinstance(data, Tensor) or tuple(data.shape) != shape or data.dtype != dtype:
+        got = (f"{tuple(data.shape)} {data.dtype}" if isinstance(data, Tensor)
+               else type(data).__name__)
+        raise ValueError(f"init_func of DistTensor '{name}' must return a {dtype} tensor of "
+                         f"shape {shape} (this rank's shard), got {got}")
+    return data.detach().to("cpu").contiguous()
