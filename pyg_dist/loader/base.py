@@ -15,6 +15,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch_geometric.sampler import NegativeSampling
 
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
@@ -22,28 +23,59 @@ from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec, check_equal_workers
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.typing import EdgeType, NodeType
 
 _LOADER_IDS = itertools.count()
 
 
 class DistLoader:
-    """Base of :class:`DistNeighborLoader` and :class:`DistLinkNeighborLoader`.
+    """Base of :class:`DistNeighborLoader` and :class:`DistLinkNeighborLoader`; holds the
+    options both share (keyword-only; unknown names raise ``TypeError``).
 
-    Subclasses provide ``num_seeds`` and ``_inputs(positions)`` (the sampler input of
-    one batch) and a :class:`ProducerSpec`.
+    Subclasses resolve their seeds, then call this with ``num_neighbors``, the batch
+    ``kind`` (``"node"``/``"link"``), the seeds' ``input_type``, ``num_seeds`` and
+    (links) ``neg_sampling``, and provide ``_inputs(positions)``: the sampler input of
+    one batch.
+
+    Args:
+        batch_size, shuffle, drop_last: as in PyG (shuffle is seeded by ``seed + epoch``).
+        current_ctx (DistContext): this process's context (default: from torchrun's env).
+        num_workers (int): sampler processes (``0``: sample in this process).
+        concurrency (int): batches in flight (per worker with ``num_workers > 0``).
+        device: move batches there (``cuda``: pinned memory, non-blocking copies).
+        replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr: see
+            :class:`~pyg_dist.DistNeighborSampler`.
+        transform: applied to every batch.
+        even_batches (bool): every rank yields the same number of batches (a rank with
+            fewer repeats its own). Needed for DDP training; evaluation may disable it.
+        seed (int): base seed of shuffling and sampling.
+        pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
     """
 
-    def __init__(self, data: tuple, spec: ProducerSpec, num_seeds: int, batch_size: int,
-                 shuffle: bool, drop_last: bool, current_ctx: Optional[DistContext],
-                 num_workers: int, concurrency: int, device: Optional[Union[str, torch.device]],
-                 transform: Optional[Callable[[Batch], Batch]], even_batches: bool,
-                 seed: int, pin_memory: Optional[bool] = None) -> None:
+    def __init__(self, data: tuple, num_neighbors: NumNeighbors, kind: str,
+                 input_type: Optional[Union[NodeType, EdgeType]], num_seeds: int,
+                 neg_sampling: Optional[NegativeSampling] = None, *, batch_size: int = 1,
+                 shuffle: bool = False, drop_last: bool = False,
+                 current_ctx: Optional[DistContext] = None, num_workers: int = 0,
+                 concurrency: int = 2, device: Optional[Union[str, torch.device]] = None,
+                 replace: bool = False, subgraph_type: str = "directional",
+                 disjoint: bool = False, temporal_strategy: str = "uniform",
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
+                 transform: Optional[Callable[[Batch], Batch]] = None,
+                 even_batches: bool = True, seed: int = 0,
+                 pin_memory: Optional[bool] = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if num_workers < 0 or concurrency < 1:
             raise ValueError(f"num_workers must be >= 0 and concurrency >= 1, got "
                              f"{num_workers} and {concurrency}")
+        spec = ProducerSpec(dict(num_neighbors=num_neighbors, replace=replace,
+                                 subgraph_type=subgraph_type, disjoint=disjoint,
+                                 temporal_strategy=temporal_strategy, time_attr=time_attr,
+                                 weight_attr=weight_attr, seed=seed),
+                            kind, input_type, neg_sampling)
         self.features: LocalFeatureStore = data[0]
         self.graph: LocalGraphStore = data[1]
         self.spec = spec

@@ -1,16 +1,13 @@
 """``DistLinkNeighborLoader``: PyG's ``LinkNeighborLoader`` over a partitioned graph."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from pyg_dist.loader.base import DistLoader
-from pyg_dist.loader.collate import Batch
-from pyg_dist.loader.producer import ProducerSpec
-from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -70,23 +67,15 @@ class DistLinkNeighborLoader(DistLoader):
         edge_label_time: times of the seed edges (temporal sampling).
         neg_sampling: ``NegativeSampling``, ``"binary"``/``"triplet"`` or its kwargs;
             ``neg_sampling_ratio`` is PyG's older shorthand for binary negatives.
-        Other arguments: as :class:`~pyg_dist.DistNeighborLoader`.
+        **options: the shared loader options of
+            :class:`~pyg_dist.loader.base.DistLoader`.
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
                  num_neighbors: NumNeighbors, edge_label_index: EdgeLabelIndex = None,
                  edge_label: Optional[Tensor] = None, edge_label_time: Optional[Tensor] = None,
                  neg_sampling: Union[None, str, Dict, NegativeSampling] = None,
-                 neg_sampling_ratio: Optional[float] = None, batch_size: int = 1,
-                 shuffle: bool = False, drop_last: bool = False,
-                 current_ctx: Optional[DistContext] = None, num_workers: int = 0,
-                 concurrency: int = 2, device: Optional[Union[str, torch.device]] = None,
-                 replace: bool = False, subgraph_type: str = "directional",
-                 disjoint: bool = False, temporal_strategy: str = "uniform",
-                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
-                 transform: Optional[Callable[[Batch], Batch]] = None,
-                 even_batches: bool = True, seed: int = 0,
-                 pin_memory: Optional[bool] = None) -> None:
+                 neg_sampling_ratio: Optional[float] = None, **options: Any) -> None:
         data = unpack_stores(data)
         self.input_type, self.edge_label_index = resolve_edge_label_index(data[1],
                                                                           edge_label_index)
@@ -97,15 +86,9 @@ class DistLinkNeighborLoader(DistLoader):
         if neg_sampling is None and neg_sampling_ratio is not None:
             neg_sampling = NegativeSampling("binary", neg_sampling_ratio)
         self.edge_label, self.edge_label_time = edge_label, edge_label_time
-        sampler_kwargs = dict(num_neighbors=num_neighbors, replace=replace,
-                              subgraph_type=subgraph_type, disjoint=disjoint,
-                              temporal_strategy=temporal_strategy, time_attr=time_attr,
-                              weight_attr=weight_attr, seed=seed)
-        spec = ProducerSpec(sampler_kwargs, "link", self.input_type or data[1].meta.edge_types[0],
-                            _negative(neg_sampling))
-        super().__init__(data, spec, num, batch_size, shuffle, drop_last, current_ctx,
-                         num_workers, concurrency, device, transform, even_batches, seed,
-                         pin_memory)
+        super().__init__(data, num_neighbors, "link",
+                         self.input_type or data[1].meta.edge_types[0], num,
+                         _negative(neg_sampling), **options)
 
     def _inputs(self, positions: Tensor) -> EdgeSamplerInput:
         pick = lambda t: t[positions] if t is not None else None  # noqa: E731

@@ -1,16 +1,13 @@
 """``DistNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_dist.loader.base import DistLoader
-from pyg_dist.loader.collate import Batch
-from pyg_dist.loader.producer import ProducerSpec
-from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -58,18 +55,11 @@ class DistNeighborLoader(DistLoader):
         input_nodes: seeds: global ids, ``(node_type, ids)``, a node type, or ``None``
             (all nodes this partition owns).
         input_time: seed times (temporal sampling).
-        batch_size, shuffle, drop_last: as in PyG (shuffle is seeded by ``seed + epoch``).
-        current_ctx (DistContext): this process's context (default: from torchrun's env).
-        num_workers (int): sampler processes (``0``: sample in this process).
-        concurrency (int): batches in flight (per worker with ``num_workers > 0``).
-        device: move batches there (``cuda``: pinned memory, non-blocking copies).
-        replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr: see
-            :class:`~pyg_dist.DistNeighborSampler`.
-        transform: applied to every batch.
-        even_batches (bool): every rank yields the same number of batches (pads by
-            repeating its own seeds). Needed for DDP training; evaluation may disable it.
-        seed (int): base seed of shuffling and sampling.
-        pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
+        **options: the shared loader options of
+            :class:`~pyg_dist.loader.base.DistLoader` (``batch_size``, ``shuffle``,
+            ``drop_last``, ``current_ctx``, ``num_workers``, ``concurrency``, ``device``,
+            ``replace``, ``disjoint``, ``time_attr``, ``weight_attr``, ``transform``,
+            ``even_batches``, ``seed``, ...).
 
     Example:
         >>> loader = DistNeighborLoader(data=(fs, gs), num_neighbors=[10, 5],
@@ -78,30 +68,15 @@ class DistNeighborLoader(DistLoader):
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
                  num_neighbors: NumNeighbors, input_nodes: InputNodes = None,
-                 input_time: Optional[Tensor] = None, batch_size: int = 1,
-                 shuffle: bool = False, drop_last: bool = False,
-                 current_ctx: Optional[DistContext] = None, num_workers: int = 0,
-                 concurrency: int = 2, device: Optional[Union[str, torch.device]] = None,
-                 replace: bool = False, subgraph_type: str = "directional",
-                 disjoint: bool = False, temporal_strategy: str = "uniform",
-                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
-                 transform: Optional[Callable[[Batch], Batch]] = None,
-                 even_batches: bool = True, seed: int = 0,
-                 pin_memory: Optional[bool] = None) -> None:
+                 input_time: Optional[Tensor] = None, **options: Any) -> None:
         data = unpack_stores(data)
         self.input_type, self.input_nodes = resolve_input_nodes(data[1], input_nodes)
         if input_time is not None and input_time.numel() != self.input_nodes.numel():
             raise ValueError(f"input_time has {input_time.numel()} entries for "
                              f"{self.input_nodes.numel()} input nodes")
         self.input_time = input_time
-        sampler_kwargs = dict(num_neighbors=num_neighbors, replace=replace,
-                              subgraph_type=subgraph_type, disjoint=disjoint,
-                              temporal_strategy=temporal_strategy, time_attr=time_attr,
-                              weight_attr=weight_attr, seed=seed)
-        spec = ProducerSpec(sampler_kwargs, "node", self.input_type)
-        super().__init__(data, spec, self.input_nodes.numel(), batch_size, shuffle, drop_last,
-                         current_ctx, num_workers, concurrency, device, transform,
-                         even_batches, seed, pin_memory)
+        super().__init__(data, num_neighbors, "node", self.input_type,
+                         self.input_nodes.numel(), **options)
 
     def _inputs(self, positions: Tensor) -> NodeSamplerInput:
         time = self.input_time[positions] if self.input_time is not None else None

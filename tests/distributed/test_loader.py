@@ -167,8 +167,3 @@ def test_hetero_node_loader_three_ranks(hetero_graph, tmp_path):
     counts = [o["seeds"] for o in out]
     assert sum(counts) == int(data["paper"].train_mask.sum()) and max(counts) - min(counts) <= 1
     assert all(o["batches"] == o["len"] == out[0]["len"] for o in out)
-
-
-def test_unknown_keyword_is_a_type_error(cora2):
-    with pytest.raises(TypeError, match="num_neighbours"):
-        DistNeighborLoader(data=None, num_neighbours=[1])  # type: ignore[call-arg]

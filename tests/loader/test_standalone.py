@@ -86,6 +86,11 @@ def test_bad_inputs_are_clear_errors(cora1):
         DistNeighborLoader(data=stores, num_neighbors=[2], time_attr="year", current_ctx=ctx)
     with pytest.raises(TypeError, match="data must be a"):
         DistNeighborLoader(data=stores[1], num_neighbors=[2], current_ctx=ctx)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batch_sise'"):
+        DistNeighborLoader(data=stores, num_neighbors=[2], batch_sise=4, current_ctx=ctx)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_neighbours'"):
+        DistLinkNeighborLoader(data=stores, num_neighbors=[2], num_neighbours=[2],
+                               current_ctx=ctx)
     with pytest.raises(ValueError, match="batch_size must be"):
         DistNeighborLoader(data=stores, num_neighbors=[2], batch_size=0, current_ctx=ctx)
 
