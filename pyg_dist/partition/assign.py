@@ -2,26 +2,43 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, Tuple
+from dataclasses import dataclass, field
+from typing import Dict
 
 import numpy as np
 
-from pyg_dist.partition.kernels import move_gain, symmetric_csr
+from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import NodeType
 
 METHODS = ("metis", "random")
 
 
-def assign(tables: GraphTables, num_parts: int, method: str, seed: int
-           ) -> Tuple[Dict[NodeType, np.ndarray], float]:
-    """Returns the partition of every node, per node type, and the seconds spent in METIS."""
+@dataclass
+class Assignment:
+    """The partition of every node, per node type, and where the time went.
+
+    Args:
+        parts: per node type, the partition id of every node (int64).
+        phases_s: seconds per step (``"adjacency"``, ``"metis"`` (the pymetis call
+            only), ``"balance"``), empty for the random method.
+    """
+    parts: Dict[NodeType, np.ndarray]
+    phases_s: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def metis_s(self) -> float:
+        return self.phases_s.get("metis", 0.0)
+
+
+def assign(tables: GraphTables, num_parts: int, method: str, seed: int) -> Assignment:
+    """Returns the partition of every node, per node type (see :class:`Assignment`)."""
     if method not in METHODS:
         raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
     if num_parts == 1:
-        return {t: np.zeros(n, dtype=np.int64) for t, n in tables.num_nodes.items()}, 0.0
+        return Assignment({t: np.zeros(n, dtype=np.int64) for t, n in tables.num_nodes.items()})
     if method == "random":
-        return random_assign(tables, num_parts, seed), 0.0
+        return Assignment(random_assign(tables, num_parts, seed))
     return metis_assign(tables, num_parts, seed)
 
 
@@ -40,8 +57,7 @@ def _train_mask(tables: GraphTables, node_type: NodeType) -> np.ndarray:
     return mask.numpy()
 
 
-def metis_assign(tables: GraphTables, num_parts: int, seed: int
-                 ) -> Tuple[Dict[NodeType, np.ndarray], float]:
+def metis_assign(tables: GraphTables, num_parts: int, seed: int) -> Assignment:
     """METIS on the symmetrised homogeneous view of all node and edge types.
 
     Vertex weights carry one constraint per node type (each type is balanced on its
@@ -50,26 +66,27 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int
     """
     import pymetis
 
+    phases, start = {}, time.perf_counter()
     offsets = _type_offsets(tables)
-    total = tables.total_nodes
-    src = np.concatenate([index[0].numpy() + offsets[et[0]]
-                          for et, index in tables.edge_index.items()])
-    dst = np.concatenate([index[1].numpy() + offsets[et[2]]
-                          for et, index in tables.edge_index.items()])
-    xadj, adjncy = symmetric_csr(src, dst, total)
-    del src, dst
+    blocks = [EdgeBlock(index[0].numpy(), index[1].numpy(), offsets[et[0]], offsets[et[2]])
+              for et, index in tables.edge_index.items()]
+    xadj, adjncy = symmetric_csr(blocks, tables.total_nodes)
+    del blocks
     weights = _vertex_weights(tables, offsets)
     options = pymetis.Options()
     options.seed = seed
-    start = time.perf_counter()
+    phases["adjacency"], start = time.perf_counter() - start, time.perf_counter()
     _, parts = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy),
                                   vweights=weights.reshape(-1), options=options)
-    metis_s = time.perf_counter() - start
+    phases["metis"], start = time.perf_counter() - start, time.perf_counter()
+    del weights
     parts = np.asarray(parts, dtype=np.int64)
     train = np.concatenate([_train_mask(tables, t) for t in tables.num_nodes])
     balance_train(parts, train, xadj, adjncy, num_parts)
     del xadj, adjncy
-    return {t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()}, metis_s
+    phases["balance"] = time.perf_counter() - start
+    return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
+                      phases)
 
 
 def _vertex_weights(tables: GraphTables, offsets: Dict[NodeType, int]) -> np.ndarray:

@@ -1,92 +1,173 @@
 """O(E) numba kernels used while partitioning (no global sort of the edge list)."""
 from __future__ import annotations
 
-from typing import Tuple
+from dataclasses import dataclass
+from typing import Sequence, Tuple
 
 import numba
 import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def csc_relabel(src: np.ndarray, dst: np.ndarray, src_map: np.ndarray, dst_map: np.ndarray,
-                num_dst: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Relabels an edge list and orders it by new destination id (a stable counting sort).
+def csc_order(dst: np.ndarray, dst_map: np.ndarray, num_dst: int
+              ) -> Tuple[np.ndarray, np.ndarray]:
+    """Orders an edge list by new destination id (a stable counting sort).
 
     Args:
-        src, dst: original endpoint ids, one entry per edge.
-        src_map, dst_map: original id -> new id, per endpoint type.
+        dst: original destination ids, one entry per edge.
+        dst_map: original id -> new id of the destination type.
         num_dst: number of destination nodes.
 
     Returns:
-        ``(indptr, indices, order)``: CSC pointers over new destination ids, new source
-        ids in CSC order, and the original position of each CSC entry. Edges with the
-        same destination keep their original relative order.
+        ``(indptr, order)``: CSC pointers over new destination ids and the original
+        position of each CSC entry. Edges with the same destination keep their
+        original relative order. Only ``order`` is scattered; the new source ids
+        follow by :func:`gather_sources`, one slice at a time.
     """
-    num_edges = src.shape[0]
     indptr = np.zeros(num_dst + 1, dtype=np.int64)
-    for e in range(num_edges):
+    for e in range(dst.shape[0]):
         indptr[dst_map[dst[e]] + 1] += 1
     for i in range(num_dst):
         indptr[i + 1] += indptr[i]
     cursor = indptr[:-1].copy()
-    indices = np.empty(num_edges, dtype=np.int64)
-    order = np.empty(num_edges, dtype=np.int64)
-    for e in range(num_edges):
+    order = np.empty(dst.shape[0], dtype=np.int64)
+    for e in range(dst.shape[0]):
         d = dst_map[dst[e]]
-        pos = cursor[d]
-        cursor[d] = pos + 1
-        indices[pos] = src_map[src[e]]
-        order[pos] = e
-    return indptr, indices, order
+        order[cursor[d]] = e
+        cursor[d] += 1
+    return indptr, order
 
 
 @numba.njit(cache=True, nogil=True)
-def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int
+def gather_sources(src: np.ndarray, src_map: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """New source ids of the edges ``order`` lists: ``src_map[src[order]]``."""
+    out = np.empty(order.shape[0], dtype=np.int64)
+    for i in range(order.shape[0]):
+        out[i] = src_map[src[order[i]]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
+                 counts: np.ndarray) -> None:
+    """``counts[min(u, v) + 1] += 1`` for every edge ``(u, v)`` with ``u != v``."""
+    for e in range(src.shape[0]):
+        u, v = src[e] + src_off, dst[e] + dst_off
+        if u != v:
+            counts[min(u, v) + 1] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
+                cursor: np.ndarray, buf: np.ndarray) -> None:
+    """Appends ``max(u, v)`` to the row of ``min(u, v)`` for every non-loop edge."""
+    for e in range(src.shape[0]):
+        u, v = src[e] + src_off, dst[e] + dst_off
+        if u != v:
+            lo, hi = min(u, v), max(u, v)
+            buf[cursor[lo]] = hi
+            cursor[lo] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _dedup_rows(ptr: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Sorts and deduplicates each row of ``(ptr, buf)`` in place; returns the new pointers."""
+    num_rows = ptr.shape[0] - 1
+    out_ptr = np.zeros(num_rows + 1, dtype=np.int64)
+    out = 0
+    for i in range(num_rows):
+        row = buf[ptr[i]:ptr[i + 1]]
+        row.sort()
+        for j in range(row.shape[0]):
+            value = row[j]  # read before any write: ``out`` never passes ``ptr[i] + j``
+            if j == 0 or value != buf[out - 1]:
+                buf[out] = value
+                out += 1
+        out_ptr[i + 1] = out
+    return out_ptr
+
+
+@numba.njit(cache=True, nogil=True)
+def _mirror_rows(ptr: np.ndarray, buf: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Full sorted adjacency from the upper triangle (row ``a`` holds neighbours ``> a``).
+
+    Rows are visited in increasing order, so when row ``a`` is reached every smaller
+    neighbour of ``a`` is already in place and its own (larger, sorted) row follows.
+    """
+    num_rows = ptr.shape[0] - 1
+    xadj = np.zeros(num_rows + 1, dtype=np.int64)
+    for a in range(num_rows):
+        xadj[a + 1] += ptr[a + 1] - ptr[a]
+        for j in range(ptr[a], ptr[a + 1]):
+            xadj[buf[j] + 1] += 1
+    for i in range(num_rows):
+        xadj[i + 1] += xadj[i]
+    adj = np.empty(xadj[num_rows], dtype=np.int64)
+    cursor = xadj[:-1].copy()
+    for a in range(num_rows):
+        for j in range(ptr[a], ptr[a + 1]):
+            adj[cursor[a]] = buf[j]
+            cursor[a] += 1
+        for j in range(ptr[a], ptr[a + 1]):
+            b = buf[j]
+            adj[cursor[b]] = a
+            cursor[b] += 1
+    return xadj, adj
+
+
+@dataclass(frozen=True)
+class EdgeBlock:
+    """One edge list in the combined id space: ``(src + src_offset, dst + dst_offset)``."""
+    src: np.ndarray
+    dst: np.ndarray
+    src_offset: int = 0
+    dst_offset: int = 0
+
+
+def symmetric_csr(blocks: Sequence[EdgeBlock], num_nodes: int
                   ) -> Tuple[np.ndarray, np.ndarray]:
     """Builds the undirected, loop-free, duplicate-free CSR adjacency METIS needs.
 
-    Each edge ``(u, v)`` with ``u != v`` contributes ``v`` to ``u``'s list and ``u``
-    to ``v``'s list; each list is then sorted and deduplicated in place.
+    Each edge ``(u, v)`` with ``u != v`` makes ``u`` and ``v`` neighbours; every row
+    lists its neighbours sorted, once. The pairs are first bucketed by their smaller
+    endpoint (int32 when ids fit), deduplicated per row, then mirrored, so the only
+    large buffers are that upper triangle and the int64 output METIS reads in place.
+
+    Args:
+        blocks (Sequence[EdgeBlock]): the edge lists (no concatenated copy is made).
+        num_nodes (int): number of nodes in the combined id space.
+
+    Returns:
+        ``(xadj, adjncy)``, both int64 (pymetis' index type, so it makes no copy).
     """
-    deg = np.zeros(num_nodes + 1, dtype=np.int64)
-    for e in range(src.shape[0]):
-        u, v = src[e], dst[e]
-        if u != v:
-            deg[u + 1] += 1
-            deg[v + 1] += 1
-    for i in range(num_nodes):
-        deg[i + 1] += deg[i]
-    adj = np.empty(deg[num_nodes], dtype=np.int64)
-    cursor = deg[:-1].copy()
-    for e in range(src.shape[0]):
-        u, v = src[e], dst[e]
-        if u != v:
-            adj[cursor[u]] = v
-            cursor[u] += 1
-            adj[cursor[v]] = u
-            cursor[v] += 1
-    xadj = np.zeros(num_nodes + 1, dtype=np.int64)
-    out = 0
-    for i in range(num_nodes):
-        row = np.sort(adj[deg[i]:deg[i + 1]])
-        last = -1
-        for j in range(row.shape[0]):
-            if row[j] != last:
-                adj[out] = row[j]
-                out += 1
-                last = row[j]
-        xadj[i + 1] = out
-    return xadj, adj[:out].copy()
+    counts = np.zeros(num_nodes + 1, dtype=np.int64)
+    for b in blocks:
+        _count_lower(b.src, b.dst, b.src_offset, b.dst_offset, counts)
+    ptr = np.cumsum(counts, out=counts)
+    small = num_nodes <= np.iinfo(np.int32).max
+    upper = np.empty(int(ptr[-1]), dtype=np.int32 if small else np.int64)
+    cursor = ptr[:-1].copy()
+    for b in blocks:
+        _fill_lower(b.src, b.dst, b.src_offset, b.dst_offset, cursor, upper)
+    del cursor
+    return _mirror_rows(_dedup_rows(ptr, upper), upper)
 
 
 @numba.njit(cache=True, nogil=True)
-def count_outside(indices: np.ndarray, lo: int, hi: int) -> int:
-    """Number of entries outside ``[lo, hi)``."""
-    n = 0
+def outside_nodes(indices: np.ndarray, lo: int, hi: int, num_nodes: int
+                  ) -> Tuple[np.ndarray, int]:
+    """Sorted distinct entries of ``indices`` outside ``[lo, hi)``, and how many entries are.
+
+    One pass with a mark per node (no sort of the edge list).
+    """
+    seen = np.zeros(num_nodes, dtype=np.bool_)
+    count = 0
     for i in range(indices.shape[0]):
-        if indices[i] < lo or indices[i] >= hi:
-            n += 1
-    return n
+        v = indices[i]
+        if v < lo or v >= hi:
+            count += 1
+            seen[v] = True
+    return np.flatnonzero(seen).astype(np.int64), count
 
 
 @numba.njit(cache=True, nogil=True)

@@ -9,7 +9,7 @@ edge ids are relabelled to that order) -> write every partition, the id maps and
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple, Union
 
@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from pyg_dist.partition import io
 from pyg_dist.partition.assign import METHODS, assign
-from pyg_dist.partition.kernels import count_outside, csc_relabel
+from pyg_dist.partition.kernels import csc_order, gather_sources, outside_nodes
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import EdgeType, NodeType, edge_key
@@ -46,18 +46,41 @@ class NodeOrder:
 
 @dataclass
 class EdgeOrder:
-    """One edge type in CSC order of new destination ids (global edge id = position)."""
+    """One edge type in CSC order of new destination ids (global edge id = position).
+
+    New source ids are not held for the whole graph; each partition gathers its own.
+    """
     indptr: np.ndarray
-    indices: np.ndarray
     order: np.ndarray
     offsets: Tuple[int, ...]
 
 
 @dataclass
 class PartitionTimings:
-    """Where :meth:`Partitioner.generate` spent its time (seconds)."""
+    """Where :meth:`Partitioner.generate` spent its time (seconds).
+
+    Args:
+        total_s: the whole of :meth:`Partitioner.generate`.
+        metis_s: the ``pymetis.part_graph`` call only (``0`` for the random method).
+        phases_s: seconds per step: ``assign`` (for METIS the sum of ``adjacency``,
+            ``metis`` and ``balance``), ``relabel``, ``order_edges``, ``write``.
+    """
     total_s: float
     metis_s: float
+    phases_s: Dict[str, float] = field(default_factory=dict)
+
+
+class _Laps:
+    """Accumulates the seconds between successive :meth:`lap` calls by name."""
+
+    def __init__(self) -> None:
+        self.phases_s: Dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases_s[name] = self.phases_s.get(name, 0.0) + now - self._last
+        self._last = now
 
 
 class Partitioner:
@@ -105,12 +128,17 @@ class Partitioner:
         """Writes the partitions and returns their :class:`PartitionMeta`."""
         start = time.perf_counter()
         tables = self.tables
-        parts, metis_s = assign(tables, self.num_parts, self.method, self.seed)
-        nodes = {t: NodeOrder.from_parts(parts[t], self.num_parts) for t in tables.num_nodes}
-        del parts
+        laps = _Laps()
+        assignment = assign(tables, self.num_parts, self.method, self.seed)
+        laps.lap("assign")
+        nodes = {t: NodeOrder.from_parts(assignment.parts[t], self.num_parts)
+                 for t in tables.num_nodes}
+        assignment.parts.clear()
+        laps.lap("relabel")
         with io.atomic_dir(self.root, overwrite=self.overwrite) as tmp:
             edges = {et: self._order_edges(et, nodes) for et in self._bar(
                 tables.edge_index, "ordering edges")}
+            laps.lap("order_edges")
             stats = [self._write_part(tmp, p, nodes, edges)
                      for p in self._bar(range(self.num_parts), "writing partitions")]
             meta = self._meta(nodes, edges, stats)
@@ -119,7 +147,9 @@ class Partitioner:
             io.save_pt(self._by_type({edge_key(t): torch.from_numpy(o.order)
                                       for t, o in edges.items()}), tmp / io.EDGE_MAP_FILE)
             io.save_json(meta.to_json(), tmp / io.META_FILE)
-        self.timings = PartitionTimings(time.perf_counter() - start, metis_s)
+        laps.lap("write")
+        self.timings = PartitionTimings(time.perf_counter() - start, assignment.metis_s,
+                                        {**assignment.phases_s, **laps.phases_s})
         return meta
 
     # ---- steps ---------------------------------------------------------------------
@@ -130,13 +160,11 @@ class Partitioner:
         return values if self.tables.is_hetero else next(iter(values.values()))
 
     def _order_edges(self, edge_type: EdgeType, nodes: Dict[NodeType, NodeOrder]) -> EdgeOrder:
-        index = self.tables.edge_index[edge_type]
-        src_order, dst_order = nodes[edge_type[0]], nodes[edge_type[2]]
-        indptr, indices, order = csc_relabel(
-            index[0].numpy(), index[1].numpy(), src_order.old_to_new, dst_order.old_to_new,
-            self.tables.num_nodes[edge_type[2]])
+        dst_order = nodes[edge_type[2]]
+        indptr, order = csc_order(self.tables.edge_index[edge_type][1].numpy(),
+                                  dst_order.old_to_new, self.tables.num_nodes[edge_type[2]])
         offsets = tuple(int(indptr[o]) for o in dst_order.offsets)
-        return EdgeOrder(indptr, indices, order, offsets)
+        return EdgeOrder(indptr, order, offsets)
 
     def _write_part(self, tmp: Path, part: int, nodes: Dict[NodeType, NodeOrder],
                     edges: Dict[EdgeType, EdgeOrder]) -> PartStats:
@@ -161,14 +189,15 @@ class Partitioner:
         for et, eo in edges.items():
             lo, hi = nodes[et[2]].offsets[part], nodes[et[2]].offsets[part + 1]
             e_lo, e_hi = eo.offsets[part], eo.offsets[part + 1]
-            indices = torch.from_numpy(eo.indices[e_lo:e_hi].copy())
+            indices = gather_sources(self.tables.edge_index[et][0].numpy(),
+                                     nodes[et[0]].old_to_new, eo.order[e_lo:e_hi])
             csc[edge_key(et)] = {"indptr": torch.from_numpy(eo.indptr[lo:hi + 1] - e_lo),
-                                 "indices": indices}
+                                 "indices": torch.from_numpy(indices)}
             src_lo, src_hi = nodes[et[0]].offsets[part], nodes[et[0]].offsets[part + 1]
             n_edges[et] = e_hi - e_lo
-            n_cut[et] = int(count_outside(eo.indices[e_lo:e_hi], src_lo, src_hi))
-            outside = indices[(indices < src_lo) | (indices >= src_hi)]
-            halo_sets.setdefault(et[0], []).append(torch.unique(outside))
+            outside, cut = outside_nodes(indices, src_lo, src_hi, self.tables.num_nodes[et[0]])
+            n_cut[et] = int(cut)
+            halo_sets.setdefault(et[0], []).append(torch.from_numpy(outside))
             rows = torch.from_numpy(eo.order[e_lo:e_hi])
             edge_feats[edge_key(et)] = {k: v[rows] for k, v in self.tables.edge_attrs[et].items()}
         halo = {t: torch.unique(torch.cat(v)) for t, v in halo_sets.items()}
