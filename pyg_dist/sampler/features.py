@@ -1,46 +1,157 @@
 """Fetching node and edge attributes by global id from every partition.
 
-One request per remote partition carries all node and edge types, unique ids
-only; the local gather runs while those requests are in flight.
+Requests to remote partitions go out first, all in flight at once: one request per
+partition carries every node and edge type, split into several requests when the
+response would exceed ``max_rpc_bytes`` (bounded buffers are reused by the
+allocator instead of being faulted in afresh on both sides, and the sender gathers
+the next piece while the previous one is on the wire). Meanwhile the local rows are
+gathered straight into the output, and every response is copied once, into its
+rows of the output. Deduplication (``unique=True``) is a hash map, O(ids).
 """
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
 
+import numba
+import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler.kernels import PREFETCH_AHEAD, empty_large, prefetch
 from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler.node_index import NodeIndex
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
 from pyg_dist.typing import EdgeType, NodeType
 
+Group = Union[NodeType, EdgeType]
+Rows = Union[Tensor, Tuple[int, int]]  # output rows: positions, or a range [start, stop)
+_NO_ROWS = torch.empty(0, dtype=torch.long)
+_JIT = dict(cache=True, nogil=True)
+
+
+@numba.njit(**_JIT)
+def _group_by_owner(ids, upper):
+    """Positions of ``ids`` grouped by owning range (``upper`` = range ends), stable."""
+    n, parts = ids.shape[0], upper.shape[0]
+    owner = np.searchsorted(upper, ids, side="right")
+    counts = np.zeros(parts, dtype=np.int64)
+    for i in range(n):
+        counts[owner[i]] += 1
+    at = np.zeros(parts, dtype=np.int64)
+    for p in range(1, parts):
+        at[p] = at[p - 1] + counts[p - 1]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        order[at[owner[i]]] = i
+        at[owner[i]] += 1
+    return order, counts
+
+
+@numba.njit(**_JIT)
+def _copy_rows(src, src_rows, dst, dst_rows, dst_start, width, line):
+    """``dst[dst_rows[i]] = src[src_rows[i]]`` for rows of ``width`` words of flat
+    arrays (``dst_start + i`` when ``dst_rows`` is empty; ``line`` words per cache
+    line). Unsigned offsets keep the copy loop vectorised."""
+    n, scatter = src_rows.shape[0], dst_rows.shape[0] > 0
+    for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            for c in range(0, width, line):
+                prefetch(src, src_rows[i + PREFETCH_AHEAD] * width + c)
+        row = dst_rows[i] if scatter else dst_start + i
+        r, p = np.uint64(src_rows[i] * width), np.uint64(row * width)
+        for j in range(np.uint64(width)):
+            dst[p + j] = src[r + j]
+
+
+def _words(t: Tensor) -> Tuple[np.ndarray, int]:
+    """A contiguous tensor as a flat numpy array of the widest word dividing its rows,
+    and the row width in those words."""
+    raw = t.reshape(t.size(0), -1).view(torch.uint8)
+    for dtype in (torch.int64, torch.int32):
+        if raw.size(1) % dtype.itemsize == 0:
+            raw = raw.view(dtype)
+            break
+    return raw.reshape(-1).numpy(), raw.size(1)
+
+
+def _place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
+    """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``."""
+    if out.dim() > 1 and out.shape[1:].numel() == 0:  # zero-width rows
+        return
+    if src_rows is None:
+        if isinstance(out_rows, tuple):
+            out.narrow(0, out_rows[0], out_rows[1] - out_rows[0]).copy_(src)
+            return
+        src_rows = torch.arange(src.size(0))
+    if src_rows.numel() == 0:
+        return
+    start, dst_rows = (out_rows[0], _NO_ROWS) if isinstance(out_rows, tuple) else (0, out_rows)
+    (src_words, width), (out_words, _) = _words(src.contiguous()), _words(out)
+    _copy_rows(src_words, src_rows.numpy(), out_words, dst_rows.numpy(), start, width,
+               max(64 // src_words.itemsize, 1))
+
 
 @dataclass
-class _Plan:
-    """Where each requested row lives: unique ids sorted by owner, and how to undo it."""
-    ids: Tensor            # unique ids, grouped by owning partition
-    counts: List[int]      # ids per partition, in partition order
-    inverse: Tensor        # output row i = fetched row inverse[i]
+class _Share:
+    """The ids of one request owned by one partition, and the output rows they fill."""
+    part: int
+    ids: Tensor
+    rows: Rows
 
 
-def _plan(ids: Tensor, owner_of, num_parts: int, unique: bool) -> _Plan:
-    if unique:
-        ids, inverse = torch.unique(ids, return_inverse=True)
-    else:
-        inverse = None
-    owner = owner_of(ids)
-    if num_parts == 1:
-        return _Plan(ids, [ids.numel()], inverse if inverse is not None else
-                     torch.arange(ids.numel()))
-    order = torch.argsort(owner, stable=True)
-    undo = torch.empty_like(order)
-    undo[order] = torch.arange(order.numel())
-    counts = torch.bincount(owner, minlength=num_parts).tolist()
-    return _Plan(ids[order], counts, undo if inverse is None else undo[inverse])
+@dataclass
+class _Job:
+    """One node or edge type to fetch: which ids, from where, into which outputs."""
+    kind: str                   # "nodes" or "edges"
+    group: Group
+    attrs: List[str]
+    shares: List[_Share]
+    num_rows: int               # rows fetched (unique ids when deduplicated)
+    inverse: Optional[Tensor]   # output row i = fetched row inverse[i] (None: identity)
+    out: Dict[str, Tensor] = field(default_factory=dict)
+
+
+def _dedupe(ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+    """Distinct ids in order of first appearance, and the inverse (``None`` if the ids
+    were already distinct)."""
+    index = NodeIndex(ids.numel())
+    inverse = index.insert(ids)
+    if len(index) == ids.numel():
+        return ids, None
+    return index.keys, inverse
+
+
+def _shares(ids: Tensor, book: RangeBook) -> List[_Share]:
+    """Splits ``ids`` by owner (ids already checked against the book)."""
+    if ids.numel() == 0:
+        return []
+    if book.num_parts == 1:
+        return [_Share(0, ids, (0, ids.numel()))]
+    order, counts = _group_by_owner(ids.numpy(), book.offsets[1:].numpy())
+    nonzero = [p for p, c in enumerate(counts.tolist()) if c > 0]
+    if len(nonzero) == 1:
+        return [_Share(nonzero[0], ids, (0, ids.numel()))]
+    pos = torch.from_numpy(order).split(counts.tolist())
+    return [_Share(p, ids[pos[p]], pos[p]) for p in nonzero]
+
+
+def _split(share: _Share, rows_per_piece: int) -> List[_Share]:
+    """Cuts a share into pieces of at most ``rows_per_piece`` rows."""
+    n = share.ids.numel()
+    if n <= rows_per_piece:
+        return [share]
+    out = []
+    for lo in range(0, n, rows_per_piece):
+        hi = min(lo + rows_per_piece, n)
+        rows = ((share.rows[0] + lo, share.rows[0] + hi) if isinstance(share.rows, tuple)
+                else share.rows[lo:hi])
+        out.append(_Share(share.part, share.ids[lo:hi], rows))
+    return out
 
 
 class FeatureFetcher:
@@ -52,11 +163,14 @@ class FeatureFetcher:
         meta (PartitionMeta): attribute names and partition books.
         node_attrs: attributes to read per node type (default: all stored).
         edge_attrs: attributes to read per edge type (default: all stored).
+        max_rpc_bytes (int): response size above which a request to one partition is
+            split into several (all in flight at once).
     """
 
     def __init__(self, group: RpcGroup, local: LocalSampler, meta: PartitionMeta,
                  node_attrs: Optional[Dict[NodeType, List[str]]] = None,
-                 edge_attrs: Optional[Dict[EdgeType, List[str]]] = None) -> None:
+                 edge_attrs: Optional[Dict[EdgeType, List[str]]] = None,
+                 max_rpc_bytes: int = 8 << 20) -> None:
         self.group = group
         self.local = local
         self.meta = meta
@@ -64,8 +178,9 @@ class FeatureFetcher:
             t: sorted(a) for t, a in meta.node_attrs.items()}
         self.edge_attrs = edge_attrs if edge_attrs is not None else {
             t: sorted(a) for t, a in meta.edge_attrs.items()}
-        self._node_books = {t: meta.node_book(t) for t in meta.node_types}
-        self._edge_books = {t: meta.edge_book(t) for t in meta.edge_types}
+        self.max_rpc_bytes = max(int(max_rpc_bytes), 1)
+        self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
+        self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
 
     async def fetch(self, nodes: Dict[NodeType, Tensor], edges: Dict[EdgeType, Tensor],
                     unique: bool = True) -> FeatureResponse:
@@ -74,59 +189,106 @@ class FeatureFetcher:
         Args:
             unique: deduplicate ids before fetching (needed when ids may repeat).
         """
-        parts = self.meta.num_parts
-        node_plans = {t: _plan(ids, self._node_books[t].owner, parts, unique)
-                      for t, ids in nodes.items() if self.node_attrs.get(t)}
-        edge_plans = {t: _plan(ids, self._edge_books[t].owner, parts, unique)
-                      for t, ids in edges.items() if self.edge_attrs.get(t)}
-        requests = self._requests(node_plans, edge_plans)
-        futures = {p: self.group.call_async(self.group.route(p), "sampler.features", req)
-                   for p, req in requests.items() if p != self.group.part}
-        responses = {}
-        if self.group.part in requests:
-            responses[self.group.part] = self.local.features_of(requests[self.group.part])
-        if futures:
-            done = await asyncio.gather(*futures.values())
-            responses.update(zip(futures.keys(), done))
-        return self._assemble(node_plans, edge_plans, responses)
+        jobs = [self._job("nodes", t, ids, unique) for t, ids in nodes.items()
+                if self.node_attrs.get(t)]
+        jobs += [self._job("edges", t, ids, unique) for t, ids in edges.items()
+                 if self.edge_attrs.get(t)]
+        pending = self._send(jobs)  # remote first, then the local rows while they fly
+        for job in jobs:
+            self._allocate(job)
+            for share in job.shares:
+                if share.part == self.group.part:
+                    self._gather_local(job, share)
+        for done in asyncio.as_completed([_tagged(pieces, fut) for pieces, fut in pending]):
+            pieces, response = await done
+            for job, share in pieces:
+                got = getattr(response, job.kind)[job.group]
+                for attr in job.attrs:
+                    _place(job.out[attr], share.rows, got[attr], None)
+        return self._result(jobs)
 
-    def _requests(self, node_plans: Dict[NodeType, _Plan], edge_plans: Dict[EdgeType, _Plan]
-                  ) -> Dict[int, FeatureRequest]:
-        requests: Dict[int, FeatureRequest] = {}
-        for kind, plans, attrs in (("nodes", node_plans, self.node_attrs),
-                                   ("edges", edge_plans, self.edge_attrs)):
-            for group, plan in plans.items():
-                for p, chunk in enumerate(torch.split(plan.ids, plan.counts)):
-                    if chunk.numel() == 0:
-                        continue
-                    req = requests.setdefault(p, FeatureRequest())
-                    getattr(req, kind)[group] = chunk
-                    getattr(req, f"{kind[:-1]}_attrs")[group] = attrs[group]
-        return requests
+    def _job(self, kind: str, group: Group, ids: Tensor, unique: bool) -> _Job:
+        book = self._books[group]
+        ids = torch.as_tensor(ids).long()
+        book.check(ids)
+        inverse = None
+        if unique:
+            ids, inverse = _dedupe(ids)
+        attrs = (self.node_attrs if kind == "nodes" else self.edge_attrs)[group]
+        return _Job(kind, group, list(attrs), _shares(ids, book), ids.numel(), inverse)
 
-    def _assemble(self, node_plans: Dict[NodeType, _Plan], edge_plans: Dict[EdgeType, _Plan],
-                  responses: Dict[int, FeatureResponse]) -> FeatureResponse:
+    def _layout(self, job: _Job, attr: str) -> Tuple[Tuple[int, ...], torch.dtype]:
+        """Per-row shape and dtype of an attribute (as stored here, else as in META)."""
+        store = self.local.features
+        if store.has(job.group, attr):
+            t = store.tensor(job.group, attr)
+            return tuple(t.shape[1:]), t.dtype
+        specs = self.meta.node_attrs if job.kind == "nodes" else self.meta.edge_attrs
+        spec = specs[job.group][attr]
+        return tuple(spec.shape), getattr(torch, spec.dtype)
+
+    def _row_bytes(self, job: _Job) -> int:
+        total = 0
+        for attr in job.attrs:
+            shape, dtype = self._layout(job, attr)
+            total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return max(total, 1)
+
+    def _allocate(self, job: _Job) -> None:
+        for attr in job.attrs:
+            shape, dtype = self._layout(job, attr)
+            job.out[attr] = empty_large((job.num_rows, *shape), dtype)
+
+    def _gather_local(self, job: _Job, share: _Share) -> None:
+        rows = share.ids - self._books[job.group].start(share.part)
+        for attr in job.attrs:
+            _place(job.out[attr], share.rows, self.local.features.tensor(job.group, attr),
+                   rows)
+
+    def _send(self, jobs: List[_Job]) -> List[Tuple[List[Tuple[_Job, _Share]], object]]:
+        """Issues every remote request; returns ``(pieces, future)`` per request."""
+        pending = []
+        for part, pieces in self._pack(jobs).items():
+            for batch in pieces:
+                req = FeatureRequest()
+                for job, share in batch:
+                    getattr(req, job.kind)[job.group] = share.ids
+                    getattr(req, f"{job.kind[:-1]}_attrs")[job.group] = job.attrs
+                fut = self.group.call_async(self.group.route(part), "sampler.features", req)
+                pending.append((batch, fut))
+        return pending
+
+    def _pack(self, jobs: List[_Job]) -> Dict[int, List[List[Tuple[_Job, _Share]]]]:
+        """Remote pieces per partition, packed into requests of bounded response size
+        (each type at most once per request)."""
+        packed: Dict[int, List[List[Tuple[_Job, _Share]]]] = {}
+        used: Dict[int, int] = {}
+        for job in jobs:
+            row_bytes = self._row_bytes(job)
+            per_piece = max(self.max_rpc_bytes // row_bytes, 1)
+            for share in job.shares:
+                if share.part == self.group.part:
+                    continue
+                for piece in _split(share, per_piece):
+                    size = piece.ids.numel() * row_bytes
+                    reqs = packed.setdefault(piece.part, [[]])
+                    if reqs[-1] and (used[piece.part] + size > self.max_rpc_bytes
+                                     or any(j is job for j, _ in reqs[-1])):
+                        reqs.append([])
+                        used[piece.part] = 0
+                    reqs[-1].append((job, piece))
+                    used[piece.part] = used.get(piece.part, 0) + size
+        return packed
+
+    def _result(self, jobs: List[_Job]) -> FeatureResponse:
         out = FeatureResponse()
-        for group, plan in node_plans.items():
-            out.nodes[group] = self._gather(group, plan, self.node_attrs[group],
-                                            [(p, r.nodes) for p, r in responses.items()],
-                                            self.meta.node_attrs.get(group, {}))
-        for group, plan in edge_plans.items():
-            out.edges[group] = self._gather(group, plan, self.edge_attrs[group],
-                                            [(p, r.edges) for p, r in responses.items()],
-                                            self.meta.edge_attrs.get(group, {}))
+        for job in jobs:
+            values = job.out
+            if job.inverse is not None:
+                values = {a: v.index_select(0, job.inverse) for a, v in values.items()}
+            getattr(out, job.kind)[job.group] = values
         return out
 
-    @staticmethod
-    def _gather(group: object, plan: _Plan, attrs: List[str],
-                parts: List[Tuple[int, Dict]], specs: Dict) -> Dict[str, Tensor]:
-        by_part = dict(parts)
-        out = {}
-        for attr in attrs:
-            chunks = [by_part[p][group][attr] for p, n in enumerate(plan.counts) if n > 0]
-            if chunks:
-                out[attr] = torch.cat(chunks).index_select(0, plan.inverse)
-            else:
-                spec = specs[attr]
-                out[attr] = torch.empty((0, *spec.shape), dtype=getattr(torch, spec.dtype))
-        return out
+
+async def _tagged(tag: object, fut: object) -> Tuple[object, FeatureResponse]:
+    return tag, await fut  # type: ignore[misc]

@@ -100,7 +100,7 @@ class HopState:
             self.num_nodes[node_type].append(added)
             if added == 0:
                 continue
-            keys = index.keys[before:]
+            keys = index.keys_since(before)
             ids, batch = (keys & ID_MASK, keys >> ID_BITS) if self.disjoint else (keys, None)
             self.frontier[node_type] = Frontier(ids, torch.arange(before, len(index)), batch,
                                                 self._time_of(batch))

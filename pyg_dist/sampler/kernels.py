@@ -20,97 +20,208 @@ reproducible for a given ``rng_seed`` whatever thread runs the kernel.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import ctypes
+import sys
+from typing import Optional, Sequence, Tuple
 
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from torch import Tensor
 
 _JIT = dict(cache=True, nogil=True)
 _FLOYD_MAX = 64  # above this fan-out, partial Fisher-Yates (O(degree)) beats O(k^2) Floyd
+_MADV_HUGEPAGE = 14  # Linux
+_HUGE_MIN_BYTES = 4 << 20
+_PAGE = 4096
+
+
+def _libc_madvise():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _libc_madvise()
+
+
+def advise_huge_pages(ptr: int, nbytes: int) -> None:
+    """Asks Linux to back ``[ptr, ptr + nbytes)`` with transparent huge pages.
+
+    Large buffers are freshly mapped by the allocator, and faulting them in 4 KiB at
+    a time dominates filling them (by ~8x on virtual machines). A hint only: call it
+    before the memory is first touched; nothing happens elsewhere, on small buffers,
+    or where transparent huge pages are disabled.
+    """
+    if _MADVISE is None or nbytes < _HUGE_MIN_BYTES:
+        return
+    start = (ptr + _PAGE - 1) & ~(_PAGE - 1)
+    end = (ptr + nbytes) & ~(_PAGE - 1)
+    if end > start:
+        _MADVISE(start, end - start, _MADV_HUGEPAGE)  # -1 (e.g. THP off) is harmless
+
+
+def empty_large(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
+    """``torch.empty`` for large outputs, backed by huge pages where possible."""
+    out = torch.empty(tuple(shape), dtype=dtype)
+    advise_huge_pages(out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
+def full_large(size: int, value: int, dtype: type = np.int64) -> np.ndarray:
+    """``np.full`` for large arrays, backed by huge pages where possible."""
+    out = np.empty(size, dtype=dtype)
+    advise_huge_pages(out.ctypes.data, out.nbytes)
+    out.fill(value)
+    return out
+
+
+PREFETCH_AHEAD = 16  # loop iterations between a prefetch and the access it serves
+
+
+@intrinsic
+def prefetch(typingctx, arr, idx):
+    """``prefetch(arr, i)``: asks the CPU to start loading ``arr[i]`` into cache.
+
+    Random-access loops (hash probes, row gathers) issue it ``PREFETCH_AHEAD``
+    iterations ahead, so many cache misses are in flight at once instead of one.
+    """
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary, [args[1]],
+                                       wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # read, keep
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @numba.njit(**_JIT)
-def _next(state: np.ndarray) -> np.uint64:
-    """SplitMix64: advances ``state[0]`` and returns 64 random bits."""
-    state[0] += np.uint64(0x9E3779B97F4A7C15)
-    z = state[0]
+def _mix(z: np.uint64) -> np.uint64:
+    """SplitMix64's output function: 64 random bits from the stream position ``z``.
+
+    The stream state is a plain ``uint64`` local that callers advance by ``_GOLDEN``
+    and thread through (kept in a register, unlike a state array).
+    """
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
 
 
 @numba.njit(**_JIT)
-def _uniform(state: np.ndarray) -> float:
-    """A float in [0, 1)."""
-    return float(_next(state) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+def _unit(bits: np.uint64) -> float:
+    """A float in [0, 1) from 64 random bits."""
+    return float(bits >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
 @numba.njit(**_JIT)
-def _below(state: np.ndarray, n: int) -> int:
-    """An int in [0, n)."""
-    return min(int(_uniform(state) * n), n - 1)
+def _below(bits: np.uint64, n: int) -> int:
+    """An int in [0, n) from 64 random bits."""
+    return min(int(_unit(bits) * n), n - 1)
 
 
 @numba.njit(**_JIT)
-def _floyd(state: np.ndarray, deg: int, k: int, out: np.ndarray, at: int) -> None:
-    """Writes ``k`` distinct offsets from ``range(deg)`` to ``out[at:at+k]``."""
+def _floyd(st: np.uint64, deg: int, k: int, out: np.ndarray, at: int,
+           base: int) -> np.uint64:
+    """Writes ``base +`` ``k`` distinct offsets from ``range(deg)`` to ``out[at:at+k]``;
+    returns the advanced stream state."""
     for j in range(deg - k, deg):
-        t = _below(state, j + 1)
-        for q in range(at, at + j - (deg - k)):
+        st += _GOLDEN
+        t = base + _below(_mix(st), j + 1)
+        q0 = at + j - (deg - k)
+        for q in range(at, q0):
             if out[q] == t:
-                t = j
+                t = base + j
                 break
-        out[at + j - (deg - k)] = t
+        out[q0] = t
+    return st
 
 
 @numba.njit(**_JIT)
-def _fisher_yates(state: np.ndarray, deg: int, k: int, scratch: np.ndarray,
-                  out: np.ndarray, at: int) -> None:
+def _fisher_yates(st: np.uint64, deg: int, k: int, scratch: np.ndarray, out: np.ndarray,
+                  at: int, base: int) -> np.uint64:
+    """Partial Fisher-Yates shuffle: like :func:`_floyd`, O(degree)."""
     for i in range(deg):
         scratch[i] = i
     for i in range(k):
-        j = i + _below(state, deg - i)
+        st += _GOLDEN
+        j = i + _below(_mix(st), deg - i)
         scratch[i], scratch[j] = scratch[j], scratch[i]
-        out[at + i] = scratch[i]
+        out[at + i] = base + scratch[i]
+    return st
 
 
 @numba.njit(**_JIT)
-def _uniform_counts(indptr, seeds, fanout, replace):
-    counts = np.empty(seeds.shape[0], dtype=np.int64)
-    for i in range(seeds.shape[0]):
-        deg = indptr[seeds[i] + 1] - indptr[seeds[i]]
-        if fanout < 0 or (not replace and deg <= fanout):
-            counts[i] = deg
+def _rows_of(indptr, seeds, fanout, replace):
+    """Start, degree and number of draws of every seed row (one pass over ``indptr``)."""
+    n = seeds.shape[0]
+    start = np.empty(n, dtype=np.int64)
+    deg = np.empty(n, dtype=np.int64)
+    counts = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            prefetch(indptr, seeds[i + PREFETCH_AHEAD])
+        a = indptr[seeds[i]]
+        d = indptr[seeds[i] + 1] - a
+        start[i], deg[i] = a, d
+        if fanout < 0 or (not replace and d <= fanout):
+            counts[i] = d
         else:
-            counts[i] = fanout if deg > 0 else 0
-    return counts
+            counts[i] = fanout if d > 0 else 0
+    return start, deg, counts
 
 
 @numba.njit(**_JIT)
-def _uniform_fill(indptr, seeds, fanout, replace, counts, offsets, pos, seed):
-    state = np.array([np.uint64(seed)], dtype=np.uint64)
+def _uniform_sample(indptr, indices, seeds, fanout, replace, seed):
+    """Uniform sampling as three tight passes (rows, positions, neighbours): within a
+    pass the memory accesses are independent, so their cache misses overlap."""
+    start, deg, counts = _rows_of(indptr, seeds, fanout, replace)
+    total = 0
+    for i in range(counts.shape[0]):
+        total += counts[i]
+    pos = np.empty(total, dtype=np.int64)
+    st = np.uint64(seed)
     scratch = np.empty(0, dtype=np.int64)
+    at = 0
     for i in range(seeds.shape[0]):
-        start, deg = indptr[seeds[i]], indptr[seeds[i] + 1] - indptr[seeds[i]]
-        at, k = offsets[i], counts[i]
-        if k == deg and not (replace and fanout >= 0):
+        a, d, k = start[i], deg[i], counts[i]
+        if k == d and not (replace and fanout >= 0):
             for j in range(k):
-                pos[at + j] = start + j
-            continue
-        if replace:
+                pos[at + j] = a + j
+        elif replace:
             for j in range(k):
-                pos[at + j] = start + _below(state, deg)
-            continue
-        if k <= _FLOYD_MAX:
-            _floyd(state, deg, k, pos, at)
+                st += _GOLDEN
+                pos[at + j] = a + _below(_mix(st), d)
+        elif k <= _FLOYD_MAX:
+            st = _floyd(st, d, k, pos, at, a)
         else:
-            if scratch.shape[0] < deg:
-                scratch = np.empty(deg, dtype=np.int64)
-            _fisher_yates(state, deg, k, scratch, pos, at)
-        for j in range(k):
-            pos[at + j] += start
+            if scratch.shape[0] < d:
+                scratch = np.empty(d, dtype=np.int64)
+            st = _fisher_yates(st, d, k, scratch, pos, at, a)
+        at += k
+    nbrs = np.empty(total, dtype=indices.dtype)
+    for j in range(total):
+        if j + PREFETCH_AHEAD < total:
+            prefetch(indices, pos[j + PREFETCH_AHEAD])
+        nbrs[j] = indices[pos[j]]
+    return counts, nbrs, pos
 
 
 @numba.njit(**_JIT)
@@ -131,7 +242,7 @@ def _eligible(start, end, times, seed_t, weights, use_time, use_weight, buf):
 def _filtered_fill(indptr, seeds, fanout, replace, seed, times, seed_time, weights,
                    use_time, use_weight, last):
     """Temporal and/or weighted sampling (needs an O(degree) scan per seed)."""
-    state = np.array([np.uint64(seed)], dtype=np.uint64)
+    st = np.uint64(seed)
     n = seeds.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     chunks = []
@@ -142,7 +253,7 @@ def _filtered_fill(indptr, seeds, fanout, replace, seed, times, seed_time, weigh
             buf = np.empty(end - start, dtype=np.int64)
         seed_t = seed_time[i] if use_time else 0
         m = _eligible(start, end, times, seed_t, weights, use_time, use_weight, buf)
-        chosen = _choose(state, buf[:m], fanout, replace, times, weights, use_weight, last)
+        chosen, st = _choose(st, buf[:m], fanout, replace, times, weights, use_weight, last)
         counts[i] = chosen.shape[0]
         chunks.append(chosen)
     total = 0
@@ -157,35 +268,43 @@ def _filtered_fill(indptr, seeds, fanout, replace, seed, times, seed_time, weigh
 
 
 @numba.njit(**_JIT)
-def _choose(state, cand, fanout, replace, times, weights, use_weight, last):
+def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
+    """Draws among the eligible positions ``cand``; returns them and the stream state."""
     m = cand.shape[0]
     if m == 0:
-        return np.empty(0, dtype=np.int64)
+        return np.empty(0, dtype=np.int64), st
     if fanout < 0 or (not replace and m <= fanout):
-        return cand.copy()
+        return cand.copy(), st
     k = fanout
     if last:  # the k most recent eligible edges
         order = np.argsort(times[cand], kind="mergesort")
-        return cand[order[m - k:]].copy()
+        return cand[order[m - k:]].copy(), st
     out = np.empty(k, dtype=np.int64)
     if use_weight and replace:
         cdf = np.cumsum(weights[cand])
         for j in range(k):
-            out[j] = cand[min(np.searchsorted(cdf, _uniform(state) * cdf[-1], side="right"), m - 1)]
+            st += _GOLDEN
+            at = np.searchsorted(cdf, _unit(_mix(st)) * cdf[-1], side="right")
+            out[j] = cand[min(at, m - 1)]
     elif use_weight:  # Efraimidis-Spirakis: top-k of u^(1/w), as log(u)/w
         keys = np.empty(m, dtype=np.float64)
         for j in range(m):
-            keys[j] = np.log(max(_uniform(state), 1e-300)) / weights[cand[j]]
+            st += _GOLDEN
+            keys[j] = np.log(max(_unit(_mix(st)), 1e-300)) / weights[cand[j]]
         order = np.argsort(-keys)
         out[:] = cand[order[:k]]
     elif replace:
         for j in range(k):
-            out[j] = cand[_below(state, m)]
+            st += _GOLDEN
+            out[j] = cand[_below(_mix(st), m)]
     else:
-        _floyd(state, m, k, out, 0)
+        st = _floyd(st, m, k, out, 0, 0)
         for j in range(k):
             out[j] = cand[out[j]]
-    return out
+    return out, st
+
+
+_NP_INT = {torch.int64: np.int64, torch.int32: np.int32}
 
 
 def _np(t: Tensor, dtype: type) -> np.ndarray:
@@ -220,19 +339,15 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
     ip, sd = _np(indptr, np.int64), _np(seeds, np.int64)
     seed = int(rng_seed) & 0xFFFFFFFFFFFFFFFF
     if weights is None and edge_time is None:
-        counts = _uniform_counts(ip, sd, int(fanout), bool(replace))
-        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        pos = np.empty(int(offsets[-1]), dtype=np.int64)
-        _uniform_fill(ip, sd, int(fanout), bool(replace), counts, offsets, pos, seed)
-    else:
-        use_time, use_weight = edge_time is not None, weights is not None
-        times = _np(edge_time, np.int64) if use_time else np.empty(0, np.int64)
-        st = _np(seed_time, np.int64) if use_time else np.empty(0, np.int64)
-        w = _np(weights, np.float64) if use_weight else np.empty(0, np.float64)
-        counts, pos = _filtered_fill(ip, sd, int(fanout), bool(replace), seed, times, st, w,
-                                     use_time, use_weight,
-                                     use_time and temporal_strategy == "last")
+        idx = _np(indices, _NP_INT.get(indices.dtype, np.int64))
+        counts, nbrs, pos = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed)
+        return torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos)
+    use_time, use_weight = edge_time is not None, weights is not None
+    times = _np(edge_time, np.int64) if use_time else np.empty(0, np.int64)
+    st = _np(seed_time, np.int64) if use_time else np.empty(0, np.int64)
+    w = _np(weights, np.float64) if use_weight else np.empty(0, np.float64)
+    counts, pos = _filtered_fill(ip, sd, int(fanout), bool(replace), seed, times, st, w,
+                                 use_time, use_weight, use_time and temporal_strategy == "last")
     pos_t = torch.from_numpy(pos)
     return torch.from_numpy(counts), indices[pos_t], pos_t
 
