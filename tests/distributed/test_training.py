@@ -1,0 +1,179 @@
+"""End-to-end training jobs: ``examples/node_classification.py`` under real ``torchrun``.
+
+Every job runs as a subprocess in its own session with a timeout; its exit code is
+checked and its output shown on failure. Every process a job starts (torchrun, its
+trainers, their sampler workers) inherits a unique marker in its environment, so the
+tests can tell that nothing outlives the job.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+from pyg_dist import Partitioner
+from pyg_dist.testing import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "node_classification.py"
+MARKER_ENV = "PYG_DIST_TEST_JOB"
+# Tuned so that 2 trainers (one full-batch step per epoch, DDP-averaged) and 1 trainer
+# (batch 160 = both shares) train the same model; fixed seeds make the runs repeatable.
+CORA_ARGS = ["--epochs", "40", "--lr", "0.01", "--hidden", "64", "--num-neighbors", "25,10",
+             "--eval-neighbors=-1,-1", "--normalize-features", "--seed", "0"]
+
+
+@dataclass
+class Job:
+    """A finished torchrun command."""
+    cmd: List[str]
+    returncode: int
+    output: str
+    seconds: float
+
+    def describe(self) -> str:
+        return (f"$ {' '.join(self.cmd)}\nexit code {self.returncode} after "
+                f"{self.seconds:.1f}s; output:\n{self.output[-12000:]}")
+
+    def result(self) -> Dict:
+        """The JSON line the example printed last (fails the test if there is none)."""
+        lines = [line for line in self.output.splitlines() if line.startswith("{")]
+        assert lines, f"no JSON result line\n{self.describe()}"
+        return json.loads(lines[-1])
+
+
+def torchrun_cmd(script_args: Sequence[str], nproc: int, port: int, nnodes: int = 1,
+                 node_rank: int = 0) -> List[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}", f"--nproc-per-node={nproc}",
+            "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0",
+            str(EXAMPLE), *script_args]
+
+
+def start(cmd: List[str], marker: str, extra_env: Optional[Dict[str, str]] = None
+          ) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", MARKER_ENV: marker,
+           **(extra_env or {})}
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def wait(proc: subprocess.Popen, cmd: List[str], timeout: float, started: float) -> Job:
+    """Waits for ``proc``; on timeout kills its whole session and fails with its output."""
+    try:
+        out, _ = proc.communicate(timeout=max(timeout - (time.monotonic() - started), 1))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout:.0f}s: $ {' '.join(cmd)}\n{out[-12000:]}")
+    return Job(cmd, proc.returncode, out, time.monotonic() - started)
+
+
+def run_job(script_args: Sequence[str], nproc: int, timeout: float,
+            extra_env: Optional[Dict[str, str]] = None) -> Job:
+    cmd = torchrun_cmd(script_args, nproc, free_port())
+    marker = uuid.uuid4().hex
+    started = time.monotonic()
+    job = wait(start(cmd, marker, extra_env), cmd, timeout, started)
+    assert_no_leftovers(marker, job)
+    return job
+
+
+def processes_with(marker: str) -> List[int]:
+    """Pids of live processes whose environment holds ``MARKER_ENV=marker``."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":  # zombies are dead (their parent reaps them)
+                    pids.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return pids
+
+
+def assert_no_leftovers(marker: str, job: Job, grace: float = 15.0) -> None:
+    """Every process of the job is gone within ``grace`` seconds of torchrun's exit."""
+    deadline = time.monotonic() + grace
+    while (pids := processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in pids:  # clean up before failing
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not pids, f"processes {pids} outlived the job by {grace:.0f}s\n{job.describe()}"
+
+
+@pytest.fixture(scope="module")
+def cora_parts(cora, tmp_path_factory) -> Dict[int, Path]:
+    """Cora partitioned into 1 and 2 parts (METIS, fixed seed)."""
+    roots = {}
+    for num_parts in (1, 2):
+        roots[num_parts] = tmp_path_factory.mktemp(f"cora{num_parts}")
+        Partitioner(cora, num_parts, roots[num_parts], seed=0, progress=False,
+                    overwrite=True).generate()
+    return roots
+
+
+@pytest.mark.timeout(150)
+def test_two_trainers_match_one_on_cora(cora_parts):
+    two = run_job(["--partition-dir", str(cora_parts[2]), "--batch-size", "80", *CORA_ARGS],
+                  nproc=2, timeout=70)
+    assert two.returncode == 0, two.describe()
+    one = run_job(["--partition-dir", str(cora_parts[1]), "--batch-size", "160", *CORA_ARGS],
+                  nproc=1, timeout=60)
+    assert one.returncode == 0, one.describe()
+    r2, r1 = two.result(), one.result()
+    assert (r2["world_size"], r2["num_parts"], r1["world_size"], r1["num_parts"]) == (2, 2, 1, 1)
+    for key in ("test_acc", "val_acc", "epoch_s", "train_loss", "batches_per_s"):
+        assert key in r2 and key in r1, key
+    assert r2["test_acc"] >= 0.75, two.describe()
+    assert abs(r2["test_acc"] - r1["test_acc"]) <= 0.03, (r2, r1)
+    assert two.output.count("{") == 1, "only rank 0 prints the JSON line"
+
+
+@pytest.mark.timeout(120)
+def test_two_machine_job_with_two_torchrun_commands(cora_parts):
+    port, marker = free_port(), uuid.uuid4().hex
+    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "1", "--batch-size", "32"]
+    cmds = [torchrun_cmd(args, nproc=1, port=port, nnodes=2, node_rank=r) for r in (0, 1)]
+    started = time.monotonic()
+    procs = [start(cmd, marker) for cmd in cmds]
+    jobs = [wait(proc, cmd, 90, started) for proc, cmd in zip(procs, cmds)]
+    for job in jobs:
+        assert job.returncode == 0, job.describe()
+    result = jobs[0].result()
+    assert result["world_size"] == 2 and result["num_parts"] == 2 and result["epochs"] == 1
+    assert 0.0 <= result["test_acc"] <= 1.0
+    assert not [l for l in jobs[1].output.splitlines() if l.startswith("{")], "rank 1 is silent"
+    assert_no_leftovers(marker, jobs[0])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_killed_rank_fails_the_job_naming_it(cora_parts, num_workers):
+    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "50", "--batch-size", "16",
+            "--num-workers", str(num_workers), "--rpc-timeout", "20"]
+    job = run_job(args, nproc=2, timeout=90, extra_env={"PYG_DIST_EXAMPLE_DIE": "1:2"})
+    assert job.returncode != 0, job.describe()
+    assert "killing myself" in job.output, job.describe()  # the hook fired on rank 1
+    # torchrun's failure report names the lost rank and how it died
+    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", job.output), job.describe()
+    assert "SIGKILL" in job.output, job.describe()
+    assert job.seconds < 60, f"the job took {job.seconds:.0f}s to fail\n{job.describe()}"
+    assert '{"test_acc"' not in job.output, "a failed job printed results"
