@@ -26,9 +26,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor
 
-from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, shutdown_rpc
+from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
+                      node_split, shutdown_rpc)
 from pyg_dist.partition import PartitionMeta, io
 
 # Test hook: "RANK:BATCH" makes that rank SIGKILL itself before its BATCH-th training
@@ -319,6 +321,94 @@ def summarize(job: Job, history: List[EpochStats]) -> Dict[str, float]:
             "batches_per_s": round(sum(h.batches for h in steady) / max(seconds, 1e-9), 3),
             "loader_wait_frac": round(sum(h.wait_s for h in steady) / max(seconds, 1e-9), 4),
             "train_loss": round(history[-1].loss, 4), "train_acc": round(history[-1].acc, 4)}
+
+
+# ---- node classification ------------------------------------------------------------
+Predict = Callable[[Any], Tuple[Tensor, Tensor]]  # batch -> (logits of its seeds, labels)
+
+
+def splits(args: argparse.Namespace) -> Tuple[str, ...]:
+    """The node splits an example loads: train, then val and test unless --skip-eval."""
+    return ("train",) if args.skip_eval else ("train", "val", "test")
+
+
+def node_loaders(job: Job, args: argparse.Namespace, *split_names: str,
+                 node_type: Optional[str] = None, **options: Any) -> List[DistNeighborLoader]:
+    """One loader per split over this rank's share of it (``node_split``).
+
+    The first (training) loader shuffles, samples with ``--num-neighbors`` in
+    ``--num-workers`` processes and pads every rank to the same number of batches, as
+    DDP's per-batch gradient all-reduce needs. The others (evaluation) go in order
+    with ``--eval-neighbors``, in-process, each seed exactly once
+    (``even_batches=False``: the unwrapped model runs no collective per batch, and a
+    rank that finishes early keeps serving its partition to the others over RPC).
+    ``options`` go to every loader.
+    """
+    loaders = []
+    for i, split in enumerate(split_names):
+        train = i == 0
+        ids = node_split(job.data, split, job.ctx, node_type=node_type)
+        fanout = args.num_neighbors if train else (args.eval_neighbors or args.num_neighbors)
+        loaders.append(DistNeighborLoader(
+            data=job.data, num_neighbors=fanout,
+            input_nodes=ids if node_type is None else (node_type, ids),
+            batch_size=args.batch_size, shuffle=train,
+            num_workers=args.num_workers if train else 0, device=job.device,
+            even_batches=train, seed=args.seed + i, current_ctx=job.ctx, **options))
+    return loaders
+
+
+def classify_step(predict: Predict, optimizers: Sequence[Any]) -> Step:
+    """A training step: cross-entropy of ``predict(batch)``, then every optimizer steps."""
+    def step(batch: Any) -> Tuple[float, float, float]:
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        out, y = predict(batch)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        return float(loss.detach()) * y.numel(), int((out.argmax(-1) == y).sum()), y.numel()
+    return step
+
+
+@torch.no_grad()
+def accuracy(job: Job, model: torch.nn.Module, loader: Any, predict: Predict) -> float:
+    """Exact accuracy over every rank's seeds (one all-reduce of the counts at the end)."""
+    model.eval()
+    correct = total = 0
+    for batch in loader:
+        out, y = predict(batch)
+        correct += int((out.argmax(-1) == y).sum())
+        total += y.numel()
+    model.train()
+    correct, total = all_sum(job, [correct, total])
+    return correct / max(total, 1)
+
+
+def fit(job: Job, args: argparse.Namespace, loaders: Sequence[Any], step: Step,
+        accuracy_of: Callable[[Any], float]) -> Dict[str, Any]:
+    """``--epochs`` epochs of ``step`` over ``loaders[0]``, validation accuracy after
+    each (``loaders[1]``) and test accuracy at the end (``loaders[2]``) when those
+    exist; prints a progress line per epoch and returns the results for the JSON line."""
+    history: List[EpochStats] = []
+    val_acc = test_acc = float("nan")
+    evaluate = len(loaders) >= 3
+    for epoch in range(1, args.epochs + 1):
+        stats = run_epoch(job, loaders[0], step)
+        history.append(stats)
+        start = time.perf_counter()
+        if evaluate:
+            val_acc = accuracy_of(loaders[1])
+        log(job, f"epoch {epoch:3d} | loss {stats.loss:.4f} | train acc {stats.acc:.4f} | "
+                 f"val acc {val_acc:.4f} | epoch {stats.seconds:.2f}s "
+                 f"({stats.batches_per_s:.1f} batches/s, waiting on loader "
+                 f"{100 * stats.wait_frac:.0f}%) | eval {time.perf_counter() - start:.2f}s")
+    if evaluate:
+        test_acc = accuracy_of(loaders[2])
+    log(job, f"test acc {test_acc:.4f}")
+    return {"test_acc": round(test_acc, 4), "val_acc": round(val_acc, 4),
+            **summarize(job, history)}
 
 
 # ---- output -------------------------------------------------------------------------

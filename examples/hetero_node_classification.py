@@ -24,7 +24,6 @@ from torch import Tensor
 from torch_geometric.nn import HeteroConv, SAGEConv
 
 import _common as C
-from pyg_dist import DistNeighborLoader, node_split
 from pyg_dist.typing import EdgeType, NodeType
 
 
@@ -79,47 +78,11 @@ class HeteroSAGE(torch.nn.Module):
         return self.classify(x[self.target])
 
 
-def make_loader(job: C.Job, args: argparse.Namespace, split: str, train: bool
-                ) -> DistNeighborLoader:
-    ids = node_split(job.data, split, job.ctx, node_type=args.target)
-    fanout = args.num_neighbors if train else (args.eval_neighbors or args.num_neighbors)
-    return DistNeighborLoader(data=job.data, num_neighbors=fanout,
-                              input_nodes=(args.target, ids), batch_size=args.batch_size,
-                              shuffle=train, num_workers=args.num_workers if train else 0,
-                              device=job.device, even_batches=train,
-                              seed=args.seed + (0 if train else 1), current_ctx=job.ctx)
-
-
-def _inputs(batch: Any, target: NodeType) -> Tuple[Dict, Dict, Tensor, int]:
-    n = batch[target].batch_size
-    return batch.x_dict, batch.edge_index_dict, batch[target].y[:n], n
-
-
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               target: NodeType) -> C.Step:
-    def step(batch: Any) -> Tuple[float, float, float]:
-        x, edge_index, y, n = _inputs(batch, target)
-        optimizer.zero_grad(set_to_none=True)
-        out = model(x, edge_index)[:n]
-        loss = F.cross_entropy(out, y)
-        loss.backward()
-        optimizer.step()
-        return float(loss.detach()) * n, int((out.argmax(-1) == y).sum()), n
-    return step
-
-
-@torch.no_grad()
-def evaluate(job: C.Job, model: torch.nn.Module, loader: DistNeighborLoader,
-             target: NodeType) -> float:
-    model.eval()
-    correct = total = 0
-    for batch in loader:
-        x, edge_index, y, n = _inputs(batch, target)
-        correct += int((model(x, edge_index)[:n].argmax(-1) == y).sum())
-        total += n
-    model.train()
-    correct, total = C.all_sum(job, [correct, total])
-    return correct / max(total, 1)
+def predict(model: torch.nn.Module, target: NodeType) -> C.Predict:
+    def forward(batch: Any) -> Tuple[Tensor, Tensor]:
+        n = batch[target].batch_size
+        return model(batch.x_dict, batch.edge_index_dict)[:n], batch[target].y[:n]
+    return forward
 
 
 def main() -> None:
@@ -132,26 +95,11 @@ def main() -> None:
                        len(args.num_neighbors), args.dropout)
     ddp = C.wrap_ddp(model, job)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    loaders = [make_loader(job, args, "train", True)]
-    if not args.skip_eval:
-        loaders += [make_loader(job, args, s, False) for s in ("val", "test")]
+    loaders = C.node_loaders(job, args, *C.splits(args), node_type=args.target)
     C.log(job, f"world_size={job.ctx.world_size} partitions={meta.num_parts} node types="
                f"{list(meta.node_types)} classes={classes} train batches/epoch={len(loaders[0])}")
-    history, val_acc = [], float("nan")
-    step = train_step(ddp, optimizer, args.target)
-    for epoch in range(1, args.epochs + 1):
-        stats = C.run_epoch(job, loaders[0], step)
-        history.append(stats)
-        if not args.skip_eval:
-            val_acc = evaluate(job, model, loaders[1], args.target)
-        C.log(job, f"epoch {epoch:3d} | loss {stats.loss:.4f} | train acc {stats.acc:.4f} | "
-                   f"val acc {val_acc:.4f} | epoch {stats.seconds:.2f}s "
-                   f"({stats.batches_per_s:.1f} batches/s, waiting on loader "
-                   f"{100 * stats.wait_frac:.0f}%)")
-    test_acc = float("nan") if args.skip_eval else evaluate(job, model, loaders[2], args.target)
-    C.log(job, f"test acc {test_acc:.4f}")
-    results = {"test_acc": round(test_acc, 4), "val_acc": round(val_acc, 4),
-               **C.summarize(job, history)}
+    results = C.fit(job, args, loaders, C.classify_step(predict(ddp, args.target), [optimizer]),
+                    lambda loader: C.accuracy(job, model, loader, predict(model, args.target)))
     C.finish(job, loaders)
     C.emit(job, results, args)
 

@@ -24,7 +24,6 @@ from torch import Tensor
 from torch_geometric.nn import GraphSAGE
 
 import _common as C
-import pyg_dist.sampler.link  # noqa: F401  (registers 'sampler.has_edges' before RPC starts)
 from pyg_dist import DistLinkNeighborLoader, edge_split
 
 SPLITS = ("train", "val", "test")

@@ -15,20 +15,19 @@ batch, so ranks may run different numbers of eval batches (a rank that finishes 
 still serves its partition to the others over RPC). Each rank sees each of its seeds
 exactly once and the correct/total counts are summed by one ``all_reduce`` after the
 loop, so accuracies are exact. Training keeps the default ``even_batches=True``:
-DDP all-reduces gradients every batch, so every rank must run the same number.
+DDP all-reduces gradients every batch, so every rank must run the same number
+(see ``_common.node_loaders``).
 """
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any, Tuple
 
 import torch
-import torch.nn.functional as F
+from torch import Tensor
 from torch_geometric.nn import GraphSAGE
 
 import _common as C
-from pyg_dist import DistNeighborLoader, node_split
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,47 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_loader(job: C.Job, args: argparse.Namespace, split: str, train: bool
-                ) -> DistNeighborLoader:
-    """Loader over this rank's share of ``split`` (train: shuffled, padded to even)."""
-    ids = node_split(job.data, split, job.ctx)
-    fanout = args.num_neighbors if train else (args.eval_neighbors or args.num_neighbors)
-    return DistNeighborLoader(data=job.data, num_neighbors=fanout, input_nodes=ids,
-                              batch_size=args.batch_size, shuffle=train,
-                              num_workers=args.num_workers if train else 0,
-                              concurrency=args.concurrency, device=job.device,
-                              even_batches=train, seed=args.seed + (0 if train else 1),
-                              transform=C.normalize_rows if args.normalize_features else None,
-                              current_ctx=job.ctx)
-
-
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer
-               ) -> C.Step:
-    def step(batch: Any) -> Tuple[float, float, float]:
+def predict(model: torch.nn.Module) -> C.Predict:
+    def forward(batch: Any) -> Tuple[Tensor, Tensor]:
         n = batch.batch_size
-        optimizer.zero_grad(set_to_none=True)
-        out = model(batch.x, batch.edge_index)[:n]
-        loss = F.cross_entropy(out, batch.y[:n])
-        loss.backward()
-        optimizer.step()
-        correct = int((out.argmax(-1) == batch.y[:n]).sum())
-        return float(loss.detach()) * n, correct, n
-    return step
-
-
-@torch.no_grad()
-def evaluate(job: C.Job, model: torch.nn.Module, loader: DistNeighborLoader) -> float:
-    """Exact accuracy over every rank's seeds (one all-reduce at the end)."""
-    model.eval()
-    correct = total = 0
-    for batch in loader:
-        n = batch.batch_size
-        pred = model(batch.x, batch.edge_index)[:n].argmax(-1)
-        correct += int((pred == batch.y[:n]).sum())
-        total += n
-    model.train()
-    correct, total = C.all_sum(job, [correct, total])
-    return correct / max(total, 1)
+        return model(batch.x, batch.edge_index)[:n], batch.y[:n]
+    return forward
 
 
 def main() -> None:
@@ -91,28 +54,12 @@ def main() -> None:
                       out_channels=classes, dropout=args.dropout)
     ddp = C.wrap_ddp(model, job)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    train = make_loader(job, args, "train", train=True)
-    loaders = [train]
-    if not args.skip_eval:
-        loaders += [make_loader(job, args, "val", False), make_loader(job, args, "test", False)]
+    loaders = C.node_loaders(job, args, *C.splits(args), concurrency=args.concurrency,
+                             transform=C.normalize_rows if args.normalize_features else None)
     C.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
-               f"classes={classes} train batches/epoch={len(train)} device={job.device}")
-    history, val_acc = [], float("nan")
-    step = train_step(ddp, optimizer)
-    for epoch in range(1, args.epochs + 1):
-        stats = C.run_epoch(job, train, step)
-        history.append(stats)
-        start = time.perf_counter()
-        if not args.skip_eval:
-            val_acc = evaluate(job, model, loaders[1])
-        C.log(job, f"epoch {epoch:3d} | loss {stats.loss:.4f} | train acc {stats.acc:.4f} | "
-                   f"val acc {val_acc:.4f} | epoch {stats.seconds:.2f}s "
-                   f"({stats.batches_per_s:.1f} batches/s, waiting on loader "
-                   f"{100 * stats.wait_frac:.0f}%) | eval {time.perf_counter() - start:.2f}s")
-    test_acc = float("nan") if args.skip_eval else evaluate(job, model, loaders[2])
-    C.log(job, f"test acc {test_acc:.4f}")
-    results = {"test_acc": round(test_acc, 4), "val_acc": round(val_acc, 4),
-               **C.summarize(job, history)}
+               f"classes={classes} train batches/epoch={len(loaders[0])} device={job.device}")
+    results = C.fit(job, args, loaders, C.classify_step(predict(ddp), [optimizer]),
+                    lambda loader: C.accuracy(job, model, loader, predict(model)))
     C.finish(job, loaders)
     C.emit(job, results, args)
 

@@ -1,4 +1,4 @@
-"""End-to-end training jobs: ``examples/node_classification.py`` under real ``torchrun``.
+"""End-to-end training jobs: the examples under real ``torchrun``.
 
 Every job runs as a subprocess in its own session with a timeout; its exit code is
 checked and its output shown on failure. Every process a job starts (torchrun, its
@@ -26,6 +26,7 @@ from pyg_dist.testing import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node_classification.py"
+EMBEDDING_EXAMPLE = REPO / "examples" / "embedding_node_classification.py"
 MARKER_ENV = "PYG_DIST_TEST_JOB"
 # Tuned so that 2 trainers (one full-batch step per epoch, DDP-averaged) and 1 trainer
 # (batch 160 = both shares) train the same model; fixed seeds make the runs repeatable.
@@ -53,11 +54,11 @@ class Job:
 
 
 def torchrun_cmd(script_args: Sequence[str], nproc: int, port: int, nnodes: int = 1,
-                 node_rank: int = 0) -> List[str]:
+                 node_rank: int = 0, script: Path = EXAMPLE) -> List[str]:
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
             f"--node-rank={node_rank}", f"--nproc-per-node={nproc}",
             "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0",
-            str(EXAMPLE), *script_args]
+            str(script), *script_args]
 
 
 def start(cmd: List[str], marker: str, extra_env: Optional[Dict[str, str]] = None
@@ -80,8 +81,8 @@ def wait(proc: subprocess.Popen, cmd: List[str], timeout: float, started: float)
 
 
 def run_job(script_args: Sequence[str], nproc: int, timeout: float,
-            extra_env: Optional[Dict[str, str]] = None) -> Job:
-    cmd = torchrun_cmd(script_args, nproc, free_port())
+            extra_env: Optional[Dict[str, str]] = None, script: Path = EXAMPLE) -> Job:
+    cmd = torchrun_cmd(script_args, nproc, free_port(), script=script)
     marker = uuid.uuid4().hex
     started = time.monotonic()
     job = wait(start(cmd, marker, extra_env), cmd, timeout, started)
@@ -177,3 +178,34 @@ def test_killed_rank_fails_the_job_naming_it(cora_parts, num_workers):
     assert "SIGKILL" in job.output, job.describe()
     assert job.seconds < 60, f"the job took {job.seconds:.0f}s to fail\n{job.describe()}"
     assert '{"test_acc"' not in job.output, "a failed job printed results"
+
+
+@pytest.mark.timeout(120)
+def test_embedding_example_learns_cora_without_features(cora_parts, tmp_path):
+    job = run_job(["--partition-dir", str(cora_parts[2]), "--epochs", "30",
+                   "--checkpoint", str(tmp_path / "ckpt")],
+                  nproc=2, timeout=90, script=EMBEDDING_EXAMPLE)
+    assert job.returncode == 0, job.describe()
+    result = job.result()
+    assert (result["world_size"], result["num_parts"]) == (2, 2)
+    # chance is 1/7 and the majority class 0.32; the embeddings must have learnt
+    assert result["test_acc"] >= 0.5, job.describe()
+    for name in ("embedding", "optimizer"):
+        assert (tmp_path / "ckpt" / name / "DONE").exists(), name
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("example", ["hetero_node_classification", "link_prediction"])
+def test_other_examples_train_and_report(example, cora_parts, hetero_graph, tmp_path):
+    if example == "hetero_node_classification":
+        parts = tmp_path / "hetero"
+        Partitioner(hetero_graph, 2, parts, seed=0, progress=False).generate()
+        metric, floor = "test_acc", 0.5  # 4 classes, learnable from features and structure
+    else:
+        parts, metric, floor = cora_parts[2], "test_auc", 0.6  # chance is 0.5
+    job = run_job(["--partition-dir", str(parts), "--epochs", "3"], nproc=2, timeout=90,
+                  script=REPO / "examples" / f"{example}.py")
+    assert job.returncode == 0, job.describe()
+    result = job.result()
+    assert (result["world_size"], result["num_parts"], result["epochs"]) == (2, 2, 3)
+    assert result[metric] >= floor, job.describe()
