@@ -1,0 +1,335 @@
+"""Sampling benchmark: local sampler throughput, distributed seeds/s with features, and
+remote feature fetch bandwidth (issue 3).
+
+Settings (``--setting``, default ``all``):
+
+- ``local``: sampled edges/s of the full 3-hop pipeline (kernel, dedupe, relabel) on
+  one partition, one thread, on a uniform random graph (``--graph random``: 1M nodes,
+  20M edges) and/or a community graph (``--graph community``). Reference: pyg-lib's
+  C++ ``neighbor_sample`` draws 3.4M edges/s on one thread on the random graph.
+- ``dist``: seeds/s and sampled nodes/s *with features* on a 200k-node community
+  graph, 1 partition (1 process, no RPC) and 2 METIS partitions (2 processes sampling
+  their own seeds concurrently), and the remote feature fetch bandwidth against a
+  plain ``index_select`` of the same bytes. Reference: ``torch_geometric.distributed``
+  did 4.5-5.4k seeds/s combined on 2 partitions.
+
+Graphs and partitions are cached under ``--cache-dir`` so reruns start quickly.
+Prints human-readable lines, then ONE JSON line with every number.
+
+Example:
+    python benchmarks/sampling.py --setting local --graph random
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io as _io
+import json
+import os
+import pstats
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+PYG_LIB_EDGES_PER_S = 3.4e6
+TARGET_SEEDS_PER_S = 15e3
+TARGET_RATIO = 0.5
+TARGET_FETCH_RATIO = 0.25
+ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass
+class BenchConfig:
+    """What to run (see ``--help`` for every field)."""
+    fanout: List[int]
+    batch_size: int
+    batches: int
+    warmup: int
+    fetch_ids: int
+    fetch_repeats: int
+    seed: int
+    timeout: float
+
+
+# ---- graphs and partitions (cached) ---------------------------------------------------
+def random_graph(num_nodes: int, num_edges: int, seed: int):
+    """A uniform random directed graph (no features: the local figure samples only)."""
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=g)
+    return Data(edge_index=edge_index, num_nodes=num_nodes)
+
+
+def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_dim: int,
+                num_parts: int, seed: int) -> Path:
+    """The partition folder of a synthetic graph, generated on first use.
+
+    Args:
+        cache (Path): cache folder.
+        kind (str): ``"random"`` or ``"community"``.
+        num_nodes (int): nodes; ``avg_degree * num_nodes`` directed edges.
+        feat_dim (int): float features per node (community graphs only).
+        num_parts (int): METIS partitions.
+    """
+    from pyg_dist import Partitioner
+    from pyg_dist.datasets.synthetic import community_graph
+
+    root = cache / f"{kind}_n{num_nodes}_d{avg_degree:g}_f{feat_dim}_p{num_parts}_s{seed}"
+    if (root / "META.json").exists():
+        return root
+    start = time.perf_counter()
+    if kind == "random":
+        data = random_graph(num_nodes, int(num_nodes * avg_degree), seed)
+    else:
+        data = community_graph(num_nodes, avg_degree, feat_dim, seed=seed)
+    Partitioner(data, num_parts, root, seed=seed, overwrite=True, progress=False).generate()
+    print(f"  partitioned {root.name} in {time.perf_counter() - start:.1f}s", flush=True)
+    return root
+
+
+# ---- the job run in every process ------------------------------------------------------
+def _open_sampler(root: str, cfg: BenchConfig):
+    from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore
+
+    torch.set_num_threads(1)
+    ctx = DistContext.from_env(rpc_timeout=cfg.timeout)
+    from pyg_dist.partition import io
+    pid = ctx.partition_id(io.read_meta(Path(root)).num_parts)
+    data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
+    sampler = DistNeighborSampler(data, num_neighbors=cfg.fanout, current_ctx=ctx,
+                                  seed=cfg.seed + ctx.rank)
+    return ctx, sampler
+
+
+def _seed_batches(sampler, cfg: BenchConfig, rank: int) -> List[torch.Tensor]:
+    owned = sampler.graph.owned_nodes()
+    g = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
+    perm = owned[torch.randperm(owned.numel(), generator=g)]
+    need = (cfg.warmup + cfg.batches) * cfg.batch_size
+    perm = perm.repeat((need + perm.numel() - 1) // perm.numel())[:need]
+    return list(perm.split(cfg.batch_size))
+
+
+def _barrier(ctx) -> None:
+    if ctx.is_distributed:
+        import torch.distributed as dist
+        dist.barrier()
+
+
+async def _one_batch(sampler, seeds: torch.Tensor, features: bool,
+                     prof: Optional[cProfile.Profile]):
+    """Samples (and fetches features of) one batch on the sampler's loop thread."""
+    if prof is not None:
+        prof.enable()  # profiles this (the loop's) thread only
+    try:
+        sub = await sampler.sample_subgraph({sampler.meta.node_types[0]: seeds})
+        if features:
+            await sampler.fetcher.fetch(sub.node, sub.edge, unique=False)
+        return sub
+    finally:
+        if prof is not None:
+            prof.disable()
+
+
+def _run_batches(sampler, batches: List[torch.Tensor], features: bool,
+                 prof: Optional[cProfile.Profile] = None) -> Dict[str, float]:
+    edges = nodes = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    for seeds in batches:
+        sub = sampler.group.loop.run(_one_batch(sampler, seeds, features, prof))
+        edges += sum(sum(v) for v in sub.num_sampled_edges.values())
+        nodes += sum(v.numel() for v in sub.node.values())
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "cpu_s": time.process_time() - cpu, "edges": edges,
+            "nodes": nodes, "seeds": sum(b.numel() for b in batches), "batches": len(batches)}
+
+
+def sampling_job(root: str, cfg: BenchConfig, features: bool, profile: bool) -> dict:
+    """One process: sample (and fetch) its own seeds; rank 0 also measures fetch."""
+    from pyg_dist.rpc import shutdown_rpc
+
+    ctx, sampler = _open_sampler(root, cfg)
+    try:
+        batches = _seed_batches(sampler, cfg, ctx.rank)
+        _run_batches(sampler, batches[:cfg.warmup], features)
+        _barrier(ctx)
+        prof = cProfile.Profile(time.thread_time) if profile else None
+        out = _run_batches(sampler, batches[cfg.warmup:], features, prof)
+        if prof is not None:
+            out["profile"] = _profile_text(prof)
+        _barrier(ctx)
+        if ctx.is_distributed and ctx.rank == 0 and cfg.fetch_ids > 0:
+            out["fetch"] = fetch_bandwidth(sampler, cfg)
+        _barrier(ctx)
+        return out
+    finally:
+        shutdown_rpc()
+
+
+def _profile_text(prof: cProfile.Profile, top: int = 25) -> str:
+    buf = _io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(top)
+    return buf.getvalue()
+
+
+def fetch_bandwidth(sampler, cfg: BenchConfig) -> Dict[str, float]:
+    """Remote fetch of ``cfg.fetch_ids`` random ids of the other partition vs a local
+    ``index_select`` of as many random rows (same bytes, same process)."""
+    from pyg_dist.sampler.features import FeatureFetcher
+
+    node_type = sampler.meta.node_types[0]
+    book = sampler.graph.node_book(node_type)
+    other = 1 - sampler.group.part
+    g = torch.Generator().manual_seed(cfg.seed)
+    n = min(cfg.fetch_ids, book.size(other), book.size(sampler.group.part))
+    remote = book.start(other) + torch.randperm(book.size(other), generator=g)[:n]
+    fetcher = FeatureFetcher(sampler.group, sampler.local, sampler.meta,
+                             node_attrs={node_type: ["x"]}, edge_attrs={})
+    x = sampler.features.tensor(node_type, "x")
+    rows = torch.randperm(x.size(0), generator=g)[:n]
+    nbytes = n * x[0].numel() * x.element_size()
+    fetch_s, local_s = [], []
+    for _ in range(cfg.fetch_repeats):
+        t = time.perf_counter()
+        got = sampler.group.loop.run(fetcher.fetch({node_type: remote}, {}, unique=False))
+        fetch_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        x.index_select(0, rows)
+        local_s.append(time.perf_counter() - t)
+    assert got.nodes[node_type]["x"].shape == (n, x.size(1))
+    remote_gbs, local_gbs = nbytes / min(fetch_s) / 1e9, nbytes / min(local_s) / 1e9
+    return {"bytes": nbytes, "remote_gb_s": remote_gbs, "index_select_gb_s": local_gbs,
+            "ratio": remote_gbs / local_gbs}
+
+
+# ---- settings ------------------------------------------------------------------------
+def _launch(root: Path, world: int, cfg: BenchConfig, features: bool,
+            profile: bool) -> List[dict]:
+    from pyg_dist.testing import run_ranks
+
+    return run_ranks(sampling_job, world, str(root), cfg, features, profile,
+                     timeout=cfg.timeout, extra_env=ONE_THREAD)
+
+
+def run_local(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
+    """Sampled edges/s, 1 partition, 1 thread, no features."""
+    results: Dict[str, float] = {}
+    graphs = ["random", "community"] if args.graph == "both" else [args.graph]
+    for kind in graphs:
+        root = partitioned(args.cache_dir, kind, args.local_nodes, args.avg_degree,
+                           args.feat_dim, 1, cfg.seed)
+        out = _launch(root, 1, cfg, False, args.profile)[0]
+        eps, bps = out["edges"] / out["seconds"], cfg.batches / out["seconds"]
+        print(f"local/{kind}: {eps / 1e6:.2f}M sampled edges/s, {bps:.2f} batches/s "
+              f"({out['edges'] / cfg.batches / 1e3:.0f}k edges/batch; pyg-lib reference "
+              f"{PYG_LIB_EDGES_PER_S / 1e6:.1f}M/s on the random graph)", flush=True)
+        if args.profile:
+            print(out["profile"])
+        results[f"local_{kind}_edges_per_s"] = round(eps)
+        results[f"local_{kind}_batches_per_s"] = round(bps, 3)
+    if "local_random_edges_per_s" in results:
+        results["local_vs_pyg_lib"] = round(results["local_random_edges_per_s"]
+                                            / PYG_LIB_EDGES_PER_S, 3)
+    return results
+
+
+def _rates(outs: List[dict]) -> Dict[str, float]:
+    """Combined rates over processes (total work / slowest process's time)."""
+    seconds = max(o["seconds"] for o in outs)
+    return {"seeds_per_s": sum(o["seeds"] for o in outs) / seconds,
+            "nodes_per_s": sum(o["nodes"] for o in outs) / seconds,
+            "per_process_seeds_per_s": sum(o["seeds"] for o in outs) / seconds / len(outs),
+            "cpu_ms_per_batch": 1e3 * sum(o["cpu_s"] for o in outs) / sum(o["batches"] for o in outs),
+            "wall_ms_per_batch": 1e3 * seconds / outs[0]["batches"]}
+
+
+def run_dist(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
+    """Seeds/s with features on 1 and 2 partitions, and remote fetch bandwidth."""
+    res: Dict[str, float] = {}
+    per_process = {}
+    for parts in (1, 2):
+        root = partitioned(args.cache_dir, "community", args.dist_nodes, args.avg_degree,
+                           args.feat_dim, parts, cfg.seed)
+        outs = _launch(root, parts, cfg, True, args.profile)
+        rates = _rates(outs)
+        per_process[parts] = rates["per_process_seeds_per_s"]
+        print(f"dist/{parts} partition(s): {rates['seeds_per_s']:.0f} seeds/s combined, "
+              f"{rates['nodes_per_s'] / 1e3:.0f}k sampled nodes/s with features "
+              f"({rates['per_process_seeds_per_s']:.0f} seeds/s per process; per batch "
+              f"{rates['wall_ms_per_batch']:.0f} ms wall, {rates['cpu_ms_per_batch']:.0f} ms "
+              f"CPU of each process, all threads)", flush=True)
+        if args.profile:
+            print(outs[0]["profile"])
+        res[f"dist_{parts}p_seeds_per_s"] = round(rates["seeds_per_s"])
+        res[f"dist_{parts}p_nodes_per_s"] = round(rates["nodes_per_s"])
+        if "fetch" in outs[0]:
+            res.update(_report_fetch(outs[0]["fetch"]))
+    res["dist_2p_per_process_ratio"] = round(per_process[2] / per_process[1], 3)
+    print(f"dist: 2-partition per-process / 1-partition throughput = "
+          f"{res['dist_2p_per_process_ratio']:.2f} (target >= {TARGET_RATIO})", flush=True)
+    return res
+
+
+def _report_fetch(fetch: Dict[str, float]) -> Dict[str, float]:
+    print(f"fetch: remote {fetch['remote_gb_s']:.2f} GB/s vs index_select "
+          f"{fetch['index_select_gb_s']:.2f} GB/s of {fetch['bytes'] / 1e6:.0f} MB: ratio "
+          f"{fetch['ratio']:.3f} (target >= {TARGET_FETCH_RATIO})", flush=True)
+    return {"fetch_remote_gb_s": round(fetch["remote_gb_s"], 3),
+            "fetch_index_select_gb_s": round(fetch["index_select_gb_s"], 3),
+            "fetch_ratio": round(fetch["ratio"], 3)}
+
+
+def targets(res: Dict[str, float]) -> Dict[str, bool]:
+    checks = {"local_edges_per_s": ("local_random_edges_per_s", PYG_LIB_EDGES_PER_S),
+              "dist_seeds_per_s": ("dist_2p_seeds_per_s", TARGET_SEEDS_PER_S),
+              "dist_ratio": ("dist_2p_per_process_ratio", TARGET_RATIO),
+              "fetch_ratio": ("fetch_ratio", TARGET_FETCH_RATIO)}
+    return {f"target_{name}": bool(res[key] >= bound)
+            for name, (key, bound) in checks.items() if key in res}
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--setting", choices=["local", "dist", "all"], default="all")
+    p.add_argument("--graph", choices=["random", "community", "both"], default="both",
+                   help="graph(s) of the local setting")
+    p.add_argument("--local-nodes", type=int, default=1_000_000)
+    p.add_argument("--dist-nodes", type=int, default=200_000)
+    p.add_argument("--avg-degree", type=float, default=20.0)
+    p.add_argument("--feat-dim", type=int, default=100)
+    p.add_argument("--fanout", default="15,10,5")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--batches", type=int, default=20, help="timed batches per process")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--fetch-ids", type=int, default=100_000)
+    p.add_argument("--fetch-repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--profile", action="store_true", help="print a cProfile of rank 0")
+    p.add_argument("--cache-dir", type=Path,
+                   default=Path(tempfile.gettempdir()) / "pyg_dist_bench")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = parse_args(argv)
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    cfg = BenchConfig([int(f) for f in args.fanout.split(",")], args.batch_size, args.batches,
+                      args.warmup, args.fetch_ids, args.fetch_repeats, args.seed, args.timeout)
+    print(f"config: {asdict(cfg)}, cache {args.cache_dir}", flush=True)
+    res: Dict[str, object] = {"fanout": args.fanout, "batch_size": cfg.batch_size}
+    if args.setting in ("local", "all"):
+        res.update(run_local(args, cfg))
+    if args.setting in ("dist", "all"):
+        res.update(run_dist(args, cfg))
+    res.update(targets(res))  # type: ignore[arg-type]
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
