@@ -1,6 +1,7 @@
 """Reading the graphs the partition CLI accepts: Planetoid raw files and saved graphs."""
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Union
 
@@ -45,15 +46,27 @@ def load_graph_file(path: Union[str, Path]) -> Union[Data, HeteroData]:
     allow-listed, so the file cannot run code.
     """
     from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import BaseStorage, EdgeStorage, GlobalStorage, NodeStorage
+    from torch_geometric.data.storage import (AttrType, BaseStorage, EdgeStorage,
+                                              GlobalStorage, NodeStorage)
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"graph file {path} does not exist")
+    # AttrType (an Enum) appears in storages whose attribute cache PyG has filled
+    # (any Data that was indexed or inspected before it was saved).
     allowed = [Data, HeteroData, DataEdgeAttr, DataTensorAttr, BaseStorage, EdgeStorage,
-               GlobalStorage, NodeStorage]
-    with torch.serialization.safe_globals(allowed):
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+               GlobalStorage, NodeStorage, AttrType]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "defaultdict" in str(exc):  # PyG's per-storage attribute cache
+            raise ValueError(
+                f"{path} holds a graph whose attribute cache PyG filled before it was "
+                f"saved (a defaultdict, which weights_only loading refuses); save "
+                f"`graph.to_dict()` instead and pass that file") from None
+        raise ValueError(f"{path} cannot be loaded safely (torch.load weights_only=True): "
+                         f"{str(exc).splitlines()[0]}") from None
     if isinstance(obj, (Data, HeteroData)):
         return obj
     if isinstance(obj, dict) and "edge_index" in obj:

@@ -57,12 +57,30 @@ def test_cli_partitions_and_prints_table(planetoid_root: Path, tmp_path: Path, c
 
 
 def test_cli_saved_graph_file(cora, hetero_graph, tmp_path: Path, capsys) -> None:
-    for name, graph in (("homo.pt", cora), ("hetero.pt", hetero_graph)):
+    from torch_geometric.data import Data, HeteroData
+
+    fresh = (("homo.pt", Data.from_dict(cora.to_dict())),
+             ("hetero.pt", HeteroData.from_dict(hetero_graph.to_dict())),
+             ("homo_dict.pt", cora.to_dict()), ("hetero_dict.pt", hetero_graph.to_dict()))
+    for name, graph in fresh:
         torch.save(graph, tmp_path / name)
         code = main(["--dataset", str(tmp_path / name), "--num-parts", "2", "--quiet",
                      "--out", str(tmp_path / f"out_{name}")])
         assert code == 0, capsys.readouterr().err
-        assert io.read_meta(tmp_path / f"out_{name}").is_hetero == (name == "hetero.pt")
+        assert io.read_meta(tmp_path / f"out_{name}").is_hetero == name.startswith("hetero")
+
+
+def test_cli_graph_file_with_filled_attr_cache_names_the_fix(cora, tmp_path: Path,
+                                                             capsys) -> None:
+    from torch_geometric.data import Data
+
+    graph = Data.from_dict(cora.to_dict())
+    assert graph.is_node_attr("x")  # fills PyG's defaultdict attribute cache
+    torch.save(graph, tmp_path / "g.pt")
+    code = main(["--dataset", str(tmp_path / "g.pt"), "--num-parts", "2", "--quiet",
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "to_dict()" in err and "g.pt" in err, err
 
 
 def test_refuses_wrong_version_and_missing_files(cora_parts: Path, tmp_path: Path) -> None:
