@@ -67,6 +67,7 @@ class RunResult:
     rss_after_build_gb: float
     build_peak_rss_gb: float
     phases_s: Dict[str, float]
+    cut_pct: float
 
 
 def _status_gb(field: str) -> float:
@@ -147,19 +148,24 @@ def _input_bytes(data) -> int:
     return sum(v.numel() * v.element_size() for _, v in data.items() if torch.is_tensor(v))
 
 
-def _partition(data, args: argparse.Namespace, log: PeakLog) -> Tuple[float, float, object]:
-    """Runs the partitioner into a temporary folder; returns wall s, CPU s and timings."""
+def _partition(data, args: argparse.Namespace, log: PeakLog
+               ) -> Tuple[float, float, object, float]:
+    """Runs the partitioner into a temporary folder; returns wall s, CPU s, timings and
+    the percentage of edges cut."""
     from pyg_dist import Partitioner
 
     with tempfile.TemporaryDirectory(prefix="pyg_dist_bench_", dir=args.tmp_dir) as tmp:
         with _marking_metis(log):
             cpu_start, start = _cpu_s(), time.perf_counter()
             partitioner = Partitioner(data, int(args.num_parts), Path(tmp) / "out",
-                                      method=args.method, seed=args.seed, progress=False)
-            partitioner.generate()
+                                      method=args.method, seed=args.seed, progress=False,
+                                      coarsen=args.coarsen)
+            meta = partitioner.generate()
             wall_s, cpu_s = time.perf_counter() - start, _cpu_s() - cpu_start
         log.mark("outside_metis")
-    return wall_s, cpu_s, partitioner.timings
+    cut = sum(sum(p.cut_edges.values()) for p in meta.parts)
+    edges = sum(sum(p.edges.values()) for p in meta.parts)
+    return wall_s, cpu_s, partitioner.timings, 100.0 * cut / max(edges, 1)
 
 
 def worker(args: argparse.Namespace) -> RunResult:
@@ -176,7 +182,7 @@ def worker(args: argparse.Namespace) -> RunResult:
                            seed=args.seed)
     build_s, rss_after = time.perf_counter() - start, _status_gb("VmRSS")
     log.mark("build")
-    wall_s, cpu_s, timings = _partition(data, args, log)
+    wall_s, cpu_s, timings, cut_pct = _partition(data, args, log)
     input_gb, peak = _input_bytes(data) / GIB, log.whole()
     return RunResult(
         num_parts=int(args.num_parts), num_edges=int(data.edge_index.size(1)), wall_s=wall_s,
@@ -185,7 +191,8 @@ def worker(args: argparse.Namespace) -> RunResult:
         peak_outside_metis_gb=log.segment("outside_metis"),
         peak_in_metis_gb=log.segment("metis"), build_s=build_s,
         rss_before_build_gb=rss_before, rss_after_build_gb=rss_after,
-        build_peak_rss_gb=log.peaks["build"], phases_s=dict(timings.phases_s))
+        build_peak_rss_gb=log.peaks["build"], phases_s=dict(timings.phases_s),
+        cut_pct=cut_pct)
 
 
 def _worker_argv(args: argparse.Namespace, num_parts: int) -> List[str]:
@@ -193,7 +200,7 @@ def _worker_argv(args: argparse.Namespace, num_parts: int) -> List[str]:
             "--num-parts", str(num_parts), "--num-nodes", str(args.num_nodes),
             "--avg-degree", repr(args.avg_degree), "--feat-dim", str(args.feat_dim),
             "--num-classes", str(args.num_classes), "--seed", str(args.seed),
-            "--method", args.method]
+            "--method", args.method] + (["--coarsen"] if args.coarsen else [])
     return argv + (["--tmp-dir", args.tmp_dir] if args.tmp_dir else [])
 
 
@@ -215,7 +222,8 @@ def _describe(r: RunResult) -> str:
     time_ok = "ok" if r.outside_metis_s <= r.metis_s else "MISSED"
     rss_ok = "ok" if r.rss_ratio <= 3 else "MISSED"
     return (f"num_parts={r.num_parts}: wall {r.wall_s:.1f}s = METIS {r.metis_s:.1f}s + outside "
-            f"{r.outside_metis_s:.1f}s [target outside <= METIS: {time_ok}]; CPU {r.cpu_s:.1f}s\n"
+            f"{r.outside_metis_s:.1f}s [target outside <= METIS: {time_ok}]; CPU {r.cpu_s:.1f}s; "
+            f"{r.cut_pct:.2f}% of edges cut\n"
             f"  peak RSS (whole process) {r.peak_rss_gb:.2f} GB = {r.rss_ratio:.2f}x input "
             f"{r.input_gb:.2f} GB [target <= 3x: {rss_ok}]; in METIS "
             f"{_gb(r.peak_in_metis_gb)}, rest of partitioning {_gb(r.peak_outside_metis_gb)}\n"
@@ -233,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-classes", type=int, default=47)
     p.add_argument("--num-parts", default="2,4", help="comma-separated partition counts")
     p.add_argument("--method", choices=["metis", "random"], default="metis")
+    p.add_argument("--coarsen", action="store_true",
+                   help="METIS on a label-propagation clustering (Partitioner(coarsen=True))")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tmp-dir", default=None, help="where the temporary output goes")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -248,17 +258,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     pairs = int(round(args.num_nodes * args.avg_degree / 2))
     print(f"graph: {args.num_nodes:,} nodes, ~{pairs:,} undirected edges "
           f"(~{2 * pairs:,} directed), {args.feat_dim} float32 features; method "
-          f"{args.method}; each setting in a fresh process", flush=True)
+          f"{args.method}{' (coarsened)' if args.coarsen else ''}; each setting in a fresh process", flush=True)
     results = []
     for k in counts:
         results.append(run_one(args, k))
         print(_describe(results[-1]), flush=True)
     keys = ("num_parts", "wall_s", "metis_s", "outside_metis_s", "cpu_s", "peak_rss_gb",
             "input_gb", "rss_ratio", "peak_in_metis_gb", "peak_outside_metis_gb",
-            "rss_before_build_gb", "build_s")
+            "rss_before_build_gb", "build_s", "cut_pct")
     print(json.dumps({
         "bench": "partition", "nodes": args.num_nodes, "edges": results[0].num_edges,
-        "feat_dim": args.feat_dim, "method": args.method,
+        "feat_dim": args.feat_dim, "method": args.method, "coarsen": args.coarsen,
         "rss_counts": "peak RSS of the whole worker process (GiB) / GiB of all input tensors",
         "results": [{k: (round(v, 3) if isinstance(v, float) else v)
                      for k, v in asdict(r).items() if k in keys} for r in results]}))

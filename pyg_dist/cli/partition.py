@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--out", required=True, help="output partition folder")
     p.add_argument("--method", choices=["metis", "random"], default="metis")
+    p.add_argument("--coarsen", action="store_true",
+                   help="METIS on a label-propagation clustering of the graph: far less "
+                        "memory and time on large graphs, a somewhat larger cut")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -101,7 +104,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     data = load_dataset(args)
     try:
         partitioner = Partitioner(data, args.num_parts, out, method=args.method, seed=args.seed,
-                                  overwrite=args.overwrite, progress=not args.quiet)
+                                  overwrite=args.overwrite, progress=not args.quiet,
+                                  coarsen=args.coarsen)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     meta = partitioner.generate()

@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pyg_dist.partition.coarsen import cluster, contract, refine
 from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import NodeType
 
 METHODS = ("metis", "random")
+CLUSTERS_PER_PART = 256  # with coarsen: the size cap keeps at least this many per part
 
 
 @dataclass
@@ -31,15 +33,20 @@ class Assignment:
         return self.phases_s.get("metis", 0.0)
 
 
-def assign(tables: GraphTables, num_parts: int, method: str, seed: int) -> Assignment:
-    """Returns the partition of every node, per node type (see :class:`Assignment`)."""
+def assign(tables: GraphTables, num_parts: int, method: str, seed: int,
+           coarsen: bool = False) -> Assignment:
+    """Returns the partition of every node, per node type (see :class:`Assignment`).
+
+    ``coarsen`` (METIS only): partition a label-propagation clustering of the graph
+    instead of the graph itself (see :mod:`pyg_dist.partition.coarsen`).
+    """
     if method not in METHODS:
         raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
     if num_parts == 1:
         return Assignment({t: np.zeros(n, dtype=np.int64) for t, n in tables.num_nodes.items()})
     if method == "random":
         return Assignment(random_assign(tables, num_parts, seed))
-    return metis_assign(tables, num_parts, seed)
+    return metis_assign(tables, num_parts, seed, coarsen)
 
 
 def _type_offsets(tables: GraphTables) -> Dict[NodeType, int]:
@@ -57,15 +64,18 @@ def _train_mask(tables: GraphTables, node_type: NodeType) -> np.ndarray:
     return mask.numpy()
 
 
-def metis_assign(tables: GraphTables, num_parts: int, seed: int) -> Assignment:
+def metis_assign(tables: GraphTables, num_parts: int, seed: int,
+                 coarsen: bool = False) -> Assignment:
     """METIS on the symmetrised homogeneous view of all node and edge types.
 
     Vertex weights carry one constraint per node type (each type is balanced on its
     own) and, when a ``train_mask`` exists, one for training nodes, so every
-    partition gets a fair share of the seeds.
+    partition gets a fair share of the seeds. With ``coarsen``, METIS partitions the
+    graph of label-propagation clusters (at most ``1/(CLUSTERS_PER_PART * num_parts)``
+    of the nodes each; edge weights count the edges they bundle) and every node
+    follows its cluster: far less memory and time on large graphs, a somewhat larger
+    cut. Phases then include ``"coarsen"``.
     """
-    import pymetis
-
     phases, start = {}, time.perf_counter()
     offsets = _type_offsets(tables)
     blocks = [EdgeBlock(index[0].numpy(), index[1].numpy(), offsets[et[0]], offsets[et[2]])
@@ -73,20 +83,43 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int) -> Assignment:
     xadj, adjncy = symmetric_csr(blocks, tables.total_nodes)
     del blocks
     weights = _vertex_weights(tables, offsets)
-    options = pymetis.Options()
-    options.seed = seed
     phases["adjacency"], start = time.perf_counter() - start, time.perf_counter()
-    _, parts = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy),
-                                  vweights=weights.reshape(-1), options=options)
-    phases["metis"], start = time.perf_counter() - start, time.perf_counter()
-    del weights
-    parts = np.asarray(parts, dtype=np.int64)
+    group = np.repeat(np.arange(len(tables.num_nodes)), list(tables.num_nodes.values()))
     train = np.concatenate([_train_mask(tables, t) for t in tables.num_nodes])
+    if coarsen:
+        labels, k = cluster(xadj, adjncy, -(-tables.total_nodes // (CLUSTERS_PER_PART
+                                                                     * num_parts)), seed)
+        coarse = contract(xadj, adjncy, labels, k, weights)
+        del weights
+        phases["coarsen"], start = time.perf_counter() - start, time.perf_counter()
+        parts = _part_graph(num_parts, seed, *coarse)[labels]
+        del coarse, labels
+        phases["metis"], start = time.perf_counter() - start, time.perf_counter()
+        refine(parts, xadj, adjncy, group, train, num_parts)
+    else:
+        parts = _part_graph(num_parts, seed, xadj, adjncy, None, weights)
+        del weights
+        phases["metis"], start = time.perf_counter() - start, time.perf_counter()
+    balance_nodes(parts, [group == i for i in range(len(tables.num_nodes))], xadj, adjncy,
+                  num_parts)
     balance_train(parts, train, xadj, adjncy, num_parts)
     del xadj, adjncy
     phases["balance"] = time.perf_counter() - start
     return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
                       phases)
+
+
+def _part_graph(num_parts: int, seed: int, xadj: np.ndarray, adjncy: np.ndarray,
+                edge_weights: Optional[np.ndarray], vertex_weights: np.ndarray) -> np.ndarray:
+    """``pymetis.part_graph`` (int64 arrays, read in place): the part of every vertex."""
+    import pymetis
+
+    options = pymetis.Options()
+    options.seed = seed
+    _, parts = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy),
+                                  vweights=vertex_weights.reshape(-1), eweights=edge_weights,
+                                  options=options)
+    return np.asarray(parts, dtype=np.int64)
 
 
 def _vertex_weights(tables: GraphTables, offsets: Dict[NodeType, int]) -> np.ndarray:
@@ -103,6 +136,42 @@ def _vertex_weights(tables: GraphTables, offsets: Dict[NodeType, int]) -> np.nda
     return weights
 
 
+def _move_best(parts: np.ndarray, mask: np.ndarray, src: int, dst: int, need: int,
+               xadj: np.ndarray, adj: np.ndarray) -> None:
+    """Moves the ``need`` nodes of ``mask`` in ``src`` that cut the fewest edges to ``dst``."""
+    movers = np.flatnonzero(mask & (parts == src))
+    gain = move_gain(xadj, adj, parts, movers, src, dst)
+    parts[movers[np.argsort(-gain, kind="stable")[:need]]] = dst
+
+
+def _excess(parts: np.ndarray, mask: np.ndarray, num_parts: int, tolerance: float
+            ) -> Tuple[int, int, int]:
+    """``(fullest, emptiest, nodes to move)`` for the nodes of ``mask`` (0 moves: balanced)."""
+    counts = np.bincount(parts[mask], minlength=num_parts)
+    limit = max(int(np.ceil(int(mask.sum()) / num_parts * (1 + tolerance))), 1)
+    src, dst = int(counts.argmax()), int(counts.argmin())
+    need = int(min(counts[src] - limit, limit - counts[dst], counts[src] - counts[dst]))
+    return src, dst, max(need, 0)
+
+
+def balance_nodes(parts: np.ndarray, masks: Sequence[np.ndarray], xadj: np.ndarray,
+                  adj: np.ndarray, num_parts: int, tolerance: float = 0.03) -> None:
+    """Post-pass: at most ``(1 + tolerance)`` times its share of each group of nodes
+    (``masks``: one per node type) per partition, moving boundary nodes (in place).
+
+    METIS honours its balance constraints only approximately, more so on a coarsened
+    graph whose vertices are clusters.
+    """
+    if num_parts == 1:
+        return
+    for mask in masks:
+        for _ in range(4 * num_parts):
+            src, dst, need = _excess(parts, mask, num_parts, tolerance)
+            if need == 0:
+                break
+            _move_best(parts, mask, src, dst, need, xadj, adj)
+
+
 def balance_train(parts: np.ndarray, train: np.ndarray, xadj: np.ndarray, adj: np.ndarray,
                   num_parts: int, tolerance: float = 0.05) -> None:
     """Post-pass after METIS: evens out training nodes across partitions (in place).
@@ -110,25 +179,16 @@ def balance_train(parts: np.ndarray, train: np.ndarray, xadj: np.ndarray, adj: n
     METIS balances the train-node constraint only loosely on small or skewed graphs.
     While a partition holds more than ``(1 + tolerance)`` times its share, its train
     nodes that cut the fewest edges when moved go to the emptiest partition, and as
-    many non-train nodes move back, so node counts stay as METIS left them.
+    many non-train nodes move back, so node counts stay as they were.
     """
-    total = int(train.sum())
-    if total == 0 or num_parts == 1:
+    if not train.any() or num_parts == 1:
         return
-    limit = max(int(np.ceil(total / num_parts * (1 + tolerance))), 1)
     for _ in range(4 * num_parts):
-        counts = np.bincount(parts[train], minlength=num_parts)
-        src, dst = int(counts.argmax()), int(counts.argmin())
-        if counts[src] <= limit:
+        src, dst, need = _excess(parts, train, num_parts, tolerance)
+        if need == 0:
             return
-        need = int(min(counts[src] - limit, limit - counts[dst], counts[src] - counts[dst]))
-        if need <= 0:
-            return
-        for movers, a, b in ((np.flatnonzero(train & (parts == src)), src, dst),
-                             (np.flatnonzero(~train & (parts == dst)), dst, src)):
-            gain = move_gain(xadj, adj, parts, movers, a, b)
-            chosen = movers[np.argsort(-gain, kind="stable")[:need]]
-            parts[chosen] = b
+        _move_best(parts, train, src, dst, need, xadj, adj)
+        _move_best(parts, ~train, dst, src, need, xadj, adj)
 
 
 def random_assign(tables: GraphTables, num_parts: int, seed: int) -> Dict[NodeType, np.ndarray]:

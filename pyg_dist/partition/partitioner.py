@@ -98,6 +98,9 @@ class Partitioner:
         halo_attrs (Iterable[str]): node attributes whose values are also stored for
             halo nodes (needed by temporal sampling on node time).
         progress (bool): show progress bars.
+        coarsen (bool): METIS on a label-propagation clustering of the graph rather
+            than the graph itself: for graphs too large for METIS's memory (it
+            needs several times the adjacency); the cut is somewhat larger.
 
     Example:
         >>> meta = Partitioner(data, num_parts=2, root="out").generate()
@@ -106,9 +109,11 @@ class Partitioner:
     def __init__(self, data: Union[Data, HeteroData], num_parts: int,
                  root: Union[str, Path], method: str = "metis", seed: int = 0,
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
-                 progress: bool = True) -> None:
+                 progress: bool = True, coarsen: bool = False) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
+        if coarsen and method != "metis":
+            raise ValueError(f"coarsen=True applies to method='metis', not '{method}'")
         if not isinstance(num_parts, int) or num_parts < 1:
             raise ValueError(f"num_parts must be an integer >= 1, got {num_parts!r}")
         self.tables = GraphTables.from_data(data)
@@ -122,6 +127,7 @@ class Partitioner:
         self.overwrite = overwrite
         self.halo_attrs = tuple(halo_attrs)
         self.progress = progress
+        self.coarsen = bool(coarsen)
         self.timings: Optional[PartitionTimings] = None
 
     def generate(self) -> PartitionMeta:
@@ -129,7 +135,7 @@ class Partitioner:
         start = time.perf_counter()
         tables = self.tables
         laps = _Laps()
-        assignment = assign(tables, self.num_parts, self.method, self.seed)
+        assignment = assign(tables, self.num_parts, self.method, self.seed, self.coarsen)
         laps.lap("assign")
         nodes = {t: NodeOrder.from_parts(assignment.parts[t], self.num_parts)
                  for t in tables.num_nodes}

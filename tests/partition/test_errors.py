@@ -31,6 +31,8 @@ def test_cli_bad_inputs(planetoid_root: Path, tmp_path: Path, capsys) -> None:
         (["--dataset", "Cora", "--root", str(tmp_path / "missing")], "does not exist"),
         (["--dataset", "Cora"], "--root is required"),
         (["--dataset", "CiteSeer", "--root", str(planetoid_root)], "ind.citeseer.x is missing"),
+        (["--dataset", "Cora", "--root", str(planetoid_root), "--method", "random",
+          "--coarsen"], "coarsen=True applies to method='metis'"),
     ]
     for extra, message in cases:
         code, err = _cli(capsys, *extra, "--num-parts", "2", "--out", str(tmp_path / "o"))

@@ -102,6 +102,31 @@ def test_hetero_roundtrip(hetero_graph, tmp_path: Path, num_parts: int, method: 
                            hetero_graph["paper"].time[node_map["paper"][halo]])
 
 
+@pytest.mark.parametrize("num_parts", [2, 3])
+def test_coarsened_metis_is_valid_balanced_and_close_to_metis(cora, hetero_graph, tmp_path: Path,
+                                                              num_parts: int) -> None:
+    for name, graph in (("cora", cora), ("hetero", hetero_graph)):
+        tables = GraphTables.from_data(graph)
+        cuts, owned = {}, None
+        for method, coarsen in (("metis", False), ("metis", True), ("random", False)):
+            root = tmp_path / f"{name}_{method}_{coarsen}"
+            meta = Partitioner(graph, num_parts, root, method=method, coarsen=coarsen,
+                               progress=False).generate()
+            cuts[method, coarsen] = check_roundtrip(tables, root, num_parts)
+            if coarsen:
+                owned = meta.parts
+        for node_type, n in tables.num_nodes.items():  # each type within 3% of its share
+            counts = [p.owned_nodes[node_type] for p in owned]
+            assert max(counts) <= 1.03 * n / num_parts + 1, (name, node_type, counts)
+        assert cuts["metis", True] < 0.5 * cuts["random", False], (name, cuts)
+        assert cuts["metis", True] < 1.5 * cuts["metis", False], (name, cuts)
+
+
+def test_coarsen_needs_metis(cora, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="coarsen"):
+        Partitioner(cora, 2, tmp_path / "o", method="random", coarsen=True)
+
+
 def test_deterministic(cora, tmp_path: Path) -> None:
     for i in range(2):
         Partitioner(cora, 3, tmp_path / str(i), seed=7, progress=False).generate()
