@@ -11,8 +11,9 @@ import multiprocessing as mp
 import os
 import queue
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import torch
 import torch.multiprocessing as tmp
@@ -79,6 +80,27 @@ def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerS
                          f"{spec.ctx.rank}:\n{traceback.format_exc()}"))
 
 
+# torchrun's description of the trainer. Workers get theirs from WorkerSpec.ctx; hiding
+# these keeps a spawned worker that re-runs an unguarded training script (no
+# ``if __name__ == "__main__":``) from joining the trainers' rendezvous as a duplicate
+# rank: it fails on its own instead, and the trainer reports it.
+_LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+_START_HINT = ("a worker that dies while starting usually means the training script runs "
+               "its code at import time: sampler workers are spawned and re-import it, so "
+               "put the training code under `if __name__ == \"__main__\":`")
+
+
+@contextmanager
+def _launcher_env_hidden() -> Iterator[None]:
+    saved = {k: os.environ.pop(k) for k in _LAUNCHER_ENV if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 class WorkerPool:
     """``num_workers`` sampler processes with one task queue each and a result queue.
 
@@ -98,7 +120,8 @@ class WorkerPool:
             proc = ctx.Process(target=_worker_main, args=(make_spec(i), self.tasks[i],
                                                           self.results), daemon=True,
                                name=f"pyg_dist-sampler-{i}")
-            proc.start()
+            with _launcher_env_hidden():
+                proc.start()
             self.procs.append(proc)
 
     @property
@@ -119,7 +142,8 @@ class WorkerPool:
             dead = [p for p in self.procs if not p.is_alive()]
             if dead:
                 raise RuntimeError(f"sampler worker(s) {[p.name for p in dead]} died (exit codes "
-                                   f"{[p.exitcode for p in dead]})")
+                                   f"{[p.exitcode for p in dead]}; their errors are on stderr); "
+                                   f"{_START_HINT}")
             if waited >= timeout:
                 raise TimeoutError(f"no batch from the sampler workers within {timeout:.0f}s")
 

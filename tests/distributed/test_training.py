@@ -209,3 +209,34 @@ def test_other_examples_train_and_report(example, cora_parts, hetero_graph, tmp_
     result = job.result()
     assert (result["world_size"], result["num_parts"], result["epochs"]) == (2, 2, 3)
     assert result[metric] >= floor, job.describe()
+
+
+def readme_training_loop(partition_dir: Path, guarded: bool) -> str:
+    """The training loop of README.md, for one epoch on ``partition_dir``; without
+    its ``if __name__ == "__main__":`` guard when ``guarded`` is False."""
+    text = (REPO / "README.md").read_text()
+    code = re.search(r"```python\n(import torch, torch\.distributed as dist.*?)```", text,
+                     re.S).group(1)
+    assert '"parts/cora"' in code and "range(10)" in code, "README loop changed: update this"
+    code = code.replace('"parts/cora"', repr(str(partition_dir))).replace("range(10)",
+                                                                          "range(1)")
+    if not guarded:
+        code = code.replace('if __name__ == "__main__":', "if True:")
+    return code
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("guarded", [True, False])
+def test_readme_training_loop(cora_parts, tmp_path, guarded):
+    """The README's loop trains as written; without the main guard its spawned sampler
+    workers re-run the script, which must fail fast with a hint, never hang."""
+    script = tmp_path / "train.py"
+    script.write_text(readme_training_loop(cora_parts[2], guarded))
+    job = run_job([], nproc=2, timeout=90, script=script)
+    if guarded:
+        assert job.returncode == 0, job.describe()
+        assert len(re.findall(r"rank \d epoch 0 loss \d", job.output)) == 2, job.describe()
+    else:
+        assert job.returncode != 0, job.describe()
+        assert 'if __name__ == "__main__":' in job.output, job.describe()
+        assert job.seconds < 60, job.describe()
