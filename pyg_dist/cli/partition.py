@@ -36,9 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--out", required=True, help="output partition folder")
     p.add_argument("--method", choices=["metis", "random"], default="metis")
-    p.add_argument("--coarsen", action="store_true",
+    p.add_argument("--coarsen", action=argparse.BooleanOptionalAction, default=None,
                    help="METIS on a label-propagation clustering of the graph: far less "
-                        "memory and time on large graphs, a somewhat larger cut")
+                        "memory on large graphs, a similar cut (default: only when plain "
+                        "METIS would not fit in the available memory)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

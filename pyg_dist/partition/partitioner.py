@@ -98,9 +98,11 @@ class Partitioner:
         halo_attrs (Iterable[str]): node attributes whose values are also stored for
             halo nodes (needed by temporal sampling on node time).
         progress (bool): show progress bars.
-        coarsen (bool): METIS on a label-propagation clustering of the graph rather
-            than the graph itself: for graphs too large for METIS's memory (it
-            needs several times the adjacency); the cut is somewhat larger.
+        coarsen (bool, optional): METIS on a label-propagation clustering of the graph
+            rather than the graph itself: for graphs too large for METIS's memory (it
+            needs about 8 times the adjacency); the cut is similar or a little larger.
+            ``None`` (default): only when plain METIS would not fit in the memory
+            available (a warning says so).
 
     Example:
         >>> meta = Partitioner(data, num_parts=2, root="out").generate()
@@ -109,7 +111,7 @@ class Partitioner:
     def __init__(self, data: Union[Data, HeteroData], num_parts: int,
                  root: Union[str, Path], method: str = "metis", seed: int = 0,
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
-                 progress: bool = True, coarsen: bool = False) -> None:
+                 progress: bool = True, coarsen: Optional[bool] = None) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
         if coarsen and method != "metis":
@@ -127,7 +129,7 @@ class Partitioner:
         self.overwrite = overwrite
         self.halo_attrs = tuple(halo_attrs)
         self.progress = progress
-        self.coarsen = bool(coarsen)
+        self.coarsen = coarsen
         self.timings: Optional[PartitionTimings] = None
 
     def generate(self) -> PartitionMeta:

@@ -144,3 +144,23 @@ def test_memory_is_per_partition(cora, tmp_path: Path) -> None:
     assert gs.csc[gs.meta.edge_types[0]].indptr.numel() == owned + 1
     for attr in fs.get_all_tensor_attrs():
         assert fs.get_tensor(attr).size(0) == owned
+
+
+def test_coarsens_by_itself_only_when_metis_would_not_fit(cora, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    from pyg_dist.partition import assign
+
+    assert assign.should_coarsen(1 << 30, 64 << 30) is False
+    assert assign.should_coarsen(1 << 30, 4 << 30) is True
+    assert assign.should_coarsen(1 << 30, None) is False
+    p = Partitioner(cora, 2, tmp_path / "fits", progress=False)
+    p.generate()
+    assert "coarsen" not in p.timings.phases_s
+    monkeypatch.setattr(assign, "available_memory", lambda: 1024)  # 1 KiB left
+    p = Partitioner(cora, 2, tmp_path / "tight", progress=False)
+    with pytest.warns(UserWarning, match="label-propagation"):
+        p.generate()
+    assert "coarsen" in p.timings.phases_s
+    p = Partitioner(cora, 2, tmp_path / "forced", progress=False, coarsen=False)
+    p.generate()  # an explicit choice is kept
+    assert "coarsen" not in p.timings.phases_s
