@@ -50,6 +50,7 @@ def _peer_dies() -> str:
     ctx = DistContext.from_env(rpc_timeout=15)
     group = init_rpc(ctx, num_parts=ctx.world_size)
     group.call(1 - ctx.rank, "test.echo", torch.ones(1), "warm-up")
+    torch.distributed.barrier()  # both warm-ups answered before rank 1 goes
     if ctx.rank == 1:
         os._exit(17)  # killed mid-job
     time.sleep(1.0)
