@@ -270,7 +270,7 @@ def _fault_job(root: str) -> Dict:
     except ValueError as exc:
         out["range"] = str(exc)
     if ctx.rank == 1:
-        time.sleep(3)
+        torch.distributed.barrier()  # rank 0 has had its answer from this rank
         os._exit(1)  # a peer dies mid-epoch
     bad = HopRequest([HOMO_EDGE], [torch.tensor([book.start(0)])], [2], [None], False,
                      "uniform", None, None, 0)
@@ -278,6 +278,7 @@ def _fault_job(root: str) -> Dict:
         sampler.group.call(1, "sampler.hop", bad)
     except ValueError as exc:
         out["remote"] = str(exc)
+    torch.distributed.barrier()
     remote_seed = torch.tensor([book.start(1)])
     start = time.monotonic()
     try:
