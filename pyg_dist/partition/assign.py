@@ -45,8 +45,9 @@ class Assignment:
 
     Args:
         parts: per node type, the partition id of every node (int64).
-        phases_s: seconds per step (``"adjacency"``, ``"metis"`` (the pymetis call
-            only), ``"balance"``), empty for the random method.
+        phases_s: seconds per step (``"adjacency"``, ``"coarsen"`` when coarsened,
+            ``"metis"`` (the pymetis call only), ``"balance"``), empty for the random
+            method.
     """
     parts: Dict[NodeType, np.ndarray]
     phases_s: Dict[str, float] = field(default_factory=dict)
@@ -110,14 +111,7 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
     weights = _vertex_weights(tables, offsets)
     phases["adjacency"], start = time.perf_counter() - start, time.perf_counter()
     if coarsen is None:
-        available = available_memory()
-        coarsen = should_coarsen(adjncy.nbytes, available)
-        if coarsen:
-            need_gib = adjncy.nbytes * METIS_BYTES_PER_ADJACENCY_BYTE / 2**30
-            warnings.warn(f"plain METIS would need about {need_gib:.1f} GiB but "
-                          f"{available / 2**30:.1f} GiB are available: partitioning a "
-                          f"label-propagation clustering instead (coarsen=True; pass "
-                          f"coarsen=False to force plain METIS)", stacklevel=3)
+        coarsen = _coarsen_for_memory(adjncy.nbytes)
     group = np.repeat(np.arange(len(tables.num_nodes)), list(tables.num_nodes.values()))
     train = np.concatenate([_train_mask(tables, t) for t in tables.num_nodes])
     if coarsen:
@@ -141,6 +135,19 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
     phases["balance"] = time.perf_counter() - start
     return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
                       phases)
+
+
+def _coarsen_for_memory(adjacency_bytes: int) -> bool:
+    """:func:`should_coarsen` with the memory available now; warns when it says yes."""
+    available = available_memory()
+    if not should_coarsen(adjacency_bytes, available):
+        return False
+    need_gib = adjacency_bytes * METIS_BYTES_PER_ADJACENCY_BYTE / 2**30
+    warnings.warn(f"plain METIS would need about {need_gib:.1f} GiB but "
+                  f"{available / 2**30:.1f} GiB are available: partitioning a "
+                  f"label-propagation clustering instead (coarsen=True; pass "
+                  f"coarsen=False to force plain METIS)", stacklevel=4)
+    return True
 
 
 def _part_graph(num_parts: int, seed: int, xadj: np.ndarray, adjncy: np.ndarray,
