@@ -13,7 +13,8 @@ ranks that own them. The GNN's dense weights are trained by ``Adam`` inside
 :class:`pyg_dist.SparseAdam`, whose ``step()`` sends every row's gradient to its
 owner rank (a collective: every rank steps once per batch, which the evenly padded
 training loader guarantees). ``--checkpoint DIR`` saves the table and the optimizer
-state at the end (loadable on any number of ranks).
+state at the end, together in one atomic checkpoint (loadable on any number of ranks
+with :func:`pyg_dist.embedding.load_checkpoint`).
 
 On Cora (2 partitions, 2 trainers, defaults) test accuracy is about 0.62-0.65: with
 140 labelled nodes and no features, only the structure around them informs the
@@ -30,6 +31,7 @@ from torch_geometric.nn import GraphSAGE
 
 import _common as C
 from pyg_dist import DistEmbedding, SparseAdam, init_rpc
+from pyg_dist.embedding import save_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,8 +78,7 @@ def main() -> None:
     results = C.fit(job, args, loaders, C.classify_step(predict(ddp), [dense, sparse]),
                     lambda loader: C.accuracy(job, model, loader, predict(model)))
     if args.checkpoint:
-        emb.save(f"{args.checkpoint}/embedding")
-        sparse.save(f"{args.checkpoint}/optimizer")
+        save_checkpoint(args.checkpoint, embeddings=[emb], optimizers=[sparse])
         C.log(job, f"saved the embedding and SparseAdam state to {args.checkpoint}")
     C.finish(job, loaders)
     C.emit(job, results, args)

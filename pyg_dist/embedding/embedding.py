@@ -1,17 +1,17 @@
 """``DistEmbedding``: a learnable embedding table sharded like a :class:`DistTensor`."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.checkpoint import PathLike, load_tensors, save_tensors
 from pyg_dist.embedding.layout import PartitionLike
 from pyg_dist.embedding.tensor import DistTensor, Index, InitFunc
 
-CHECKPOINT_KIND = "DistEmbedding"
+PathLike = Union[str, os.PathLike]
 
 
 @dataclass
@@ -128,18 +128,18 @@ class DistEmbedding:
 
     # ---- checkpoints ---------------------------------------------------------------
     def save(self, path: PathLike) -> None:
-        """Writes the table to the checkpoint folder ``path`` by global id (collective).
-
-        Each rank writes its rows with their global id range; rank 0 then writes the
-        manifest and a ``DONE`` marker. ``path`` must be visible to every rank.
-        """
-        save_tensors(path, CHECKPOINT_KIND, {"weight": self.weight},
-                     {"num_embeddings": self.num_embeddings,
-                      "embedding_dim": self.embedding_dim})
+        """Saves the table by global id, atomically, into the checkpoint folder
+        ``path`` (collective; ``path`` must be visible to every rank). To save its
+        optimizer state with it in one checkpoint, use
+        :func:`pyg_dist.embedding.save_checkpoint`."""
+        from pyg_dist.embedding.checkpoint import save_checkpoint  # (imports this module)
+        save_checkpoint(path, embeddings=[self])
 
     def load(self, path: PathLike) -> None:
-        """Reads a table written by :meth:`save`, on any number of ranks (collective)."""
-        load_tensors(path, CHECKPOINT_KIND, {"weight": self.weight})
+        """Reads this table (matched by name) from a checkpoint, on any number of ranks
+        (collective)."""
+        from pyg_dist.embedding.checkpoint import load_checkpoint  # (imports this module)
+        load_checkpoint(path, embeddings=[self])
 
     def __repr__(self) -> str:
         return (f"DistEmbedding({self.num_embeddings}, {self.embedding_dim}, "

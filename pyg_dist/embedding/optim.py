@@ -18,13 +18,12 @@ A barrier ends the step, so no rank reads rows that an owner is still updating.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.checkpoint import PathLike, load_tensors, read_manifest, save_tensors
-from pyg_dist.embedding.embedding import DistEmbedding
+from pyg_dist.embedding.embedding import DistEmbedding, PathLike
 from pyg_dist.embedding.tensor import DistTensor
 
 Params = Union[DistEmbedding, Iterable[DistEmbedding]]
@@ -51,6 +50,13 @@ def route_gradients(weight: DistTensor, ids: Tensor, grads: Tensor) -> Tuple[Ten
     total = sums.new_zeros((uniq.numel(), *sums.shape[1:])).index_add_(0, inverse, sums)
     count = torch.zeros(uniq.numel(), dtype=torch.long).index_add_(0, inverse, keys[:, 1])
     return uniq, total / count.unsqueeze(1).to(total.dtype)
+
+
+def _number(value: Any, name: str, valid: Callable[[float], bool]) -> float:
+    """A saved setting as a float, checked by ``valid``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+        raise ValueError(f"invalid {name}: {value!r}")
+    return float(value)
 
 
 def _check_params(params: Params, who: str) -> List[DistEmbedding]:
@@ -101,10 +107,24 @@ class SparseOptimizer:
         return (emb.num_embeddings, emb.embedding_dim)
 
     def hyper_parameters(self) -> Dict[str, Any]:
+        """The settings saved with the state (JSON-serialisable)."""
         return {"lr": self.lr}
 
+    def parse_hyper_parameters(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        """Checked attribute values from saved settings (see :meth:`hyper_parameters`).
+
+        Raises:
+            KeyError, TypeError, ValueError: if a setting is missing or invalid.
+        """
+        return {"lr": _number(config["lr"], "lr", lambda x: x > 0)}
+
+    def apply_hyper_parameters(self, values: Dict[str, Any]) -> None:
+        """Sets attributes returned by :meth:`parse_hyper_parameters`."""
+        for key, value in values.items():
+            setattr(self, key, value)
+
     def set_hyper_parameters(self, config: Dict[str, Any]) -> None:
-        self.lr = float(config["lr"])
+        self.apply_hyper_parameters(self.parse_hyper_parameters(config))
 
     def zero_grad(self) -> None:
         """Clears the gradients of recorded lookups (see :meth:`DistEmbedding.zero_grad`)."""
@@ -138,26 +158,24 @@ class SparseOptimizer:
         raise NotImplementedError
 
     # ---- checkpoints ---------------------------------------------------------------
-    def _tensors(self) -> Dict[str, DistTensor]:
+    def state_tensors(self) -> Dict[str, DistTensor]:
+        """The per-row state, keyed ``"<embedding name>/<state name>"``."""
         return {f"{name}/{s}": t for name, states in self.state.items()
                 for s, t in states.items()}
 
     def save(self, path: PathLike) -> None:
-        """Writes the optimizer state (by global id) and hyper-parameters to the
-        checkpoint folder ``path`` (collective). The tables themselves are saved with
-        :meth:`DistEmbedding.save`."""
-        config = {**self.hyper_parameters(), "params": [e.name for e in self.params]}
-        save_tensors(path, type(self).__name__, self._tensors(), config)
+        """Saves the optimizer state (by global id) and hyper-parameters, atomically,
+        into the checkpoint folder ``path`` (collective). To save the tables with it in
+        one checkpoint, use :func:`pyg_dist.embedding.save_checkpoint`."""
+        from pyg_dist.embedding.checkpoint import save_checkpoint  # (imports this module)
+        save_checkpoint(path, optimizers=[self])
 
     def load(self, path: PathLike) -> None:
-        """Restores state and hyper-parameters saved by :meth:`save`, on any number of
+        """Restores state and hyper-parameters from a checkpoint holding them (saved by
+        :meth:`save` or :func:`~pyg_dist.embedding.save_checkpoint`), on any number of
         ranks (collective). Embeddings are matched by name."""
-        saved = read_manifest(path, type(self).__name__)["config"]["params"]
-        missing = [e.name for e in self.params if e.name not in saved]
-        if missing:
-            raise ValueError(f"checkpoint {path} has no optimizer state for embedding(s) "
-                             f"{missing} (it holds {saved})")
-        self.set_hyper_parameters(load_tensors(path, type(self).__name__, self._tensors()))
+        from pyg_dist.embedding.checkpoint import load_checkpoint  # (imports this module)
+        load_checkpoint(path, optimizers=[self])
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.hyper_parameters().items())
@@ -183,8 +201,9 @@ class SparseAdagrad(SparseOptimizer):
     def hyper_parameters(self) -> Dict[str, Any]:
         return {"lr": self.lr, "eps": self.eps}
 
-    def set_hyper_parameters(self, config: Dict[str, Any]) -> None:
-        self.lr, self.eps = float(config["lr"]), float(config["eps"])
+    def parse_hyper_parameters(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        return {**super().parse_hyper_parameters(config),
+                "eps": _number(config["eps"], "eps", lambda x: x >= 0)}
 
     def update(self, weight: Tensor, state: Dict[str, Tensor], rows: Tensor,
                grad: Tensor) -> None:
@@ -226,9 +245,13 @@ class SparseAdam(SparseOptimizer):
     def hyper_parameters(self) -> Dict[str, Any]:
         return {"lr": self.lr, "betas": list(self.betas), "eps": self.eps}
 
-    def set_hyper_parameters(self, config: Dict[str, Any]) -> None:
-        self.lr, self.eps = float(config["lr"]), float(config["eps"])
-        self.betas = (float(config["betas"][0]), float(config["betas"][1]))
+    def parse_hyper_parameters(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        betas = config["betas"]
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise ValueError(f"betas must be two numbers, got {betas!r}")
+        return {**super().parse_hyper_parameters(config),
+                "eps": _number(config["eps"], "eps", lambda x: x >= 0),
+                "betas": tuple(_number(b, "betas", lambda x: 0.0 <= x < 1.0) for b in betas)}
 
     def update(self, weight: Tensor, state: Dict[str, Tensor], rows: Tensor,
                grad: Tensor) -> None:

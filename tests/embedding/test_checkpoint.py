@@ -1,0 +1,262 @@
+"""Checkpoints in one process (standalone mode): atomic saves, tables and optimizer
+state saved together, damaged files named, and the previous on-disk layout still read.
+
+A crash is simulated by raising :class:`Crash` (a ``BaseException``, so no
+``except Exception`` in the library sees it) at a chosen point of a save: what is
+left on disk is what a process killed at that point would leave.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable, Dict
+
+import pytest
+import torch
+
+from pyg_dist.embedding import (CheckpointError, DistEmbedding, SparseAdagrad, SparseAdam,
+                                load_checkpoint, save_checkpoint)
+
+N, D = 10, 3
+
+
+class Crash(BaseException):
+    """Stands in for the process dying at this point."""
+
+
+def _rows(seed: float) -> torch.Tensor:
+    return torch.arange(N * D, dtype=torch.float32).view(N, D) + seed
+
+
+def _table(name: str, seed: float = 0.0) -> DistEmbedding:
+    emb = DistEmbedding(N, D, name=name)
+    emb.weight[torch.arange(N)] = _rows(seed)
+    return emb
+
+
+def _crash_at(monkeypatch: pytest.MonkeyPatch, point: str, after_saves: int = 1) -> None:
+    """Makes the next save die at ``point``: ``"shard"`` right after the
+    ``after_saves``-th shard was written, or just before the file named ``point``
+    (``manifest.json``, ``DONE``, ``LATEST``) is renamed into place."""
+    if point == "shard":
+        real_save, count = torch.save, [0]
+
+        def save(obj, f, *args, **kwargs):  # type: ignore[no-untyped-def]
+            real_save(obj, f, *args, **kwargs)
+            count[0] += 1
+            if count[0] == after_saves:
+                raise Crash(f"died after writing shard {count[0]}")
+        monkeypatch.setattr(torch, "save", save)
+        return
+    real_replace = os.replace
+
+    def replace(src, dst):  # type: ignore[no-untyped-def]
+        if os.path.basename(dst) == point:
+            raise Crash(f"died before {point} was in place")
+        real_replace(src, dst)
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.mark.parametrize("point", ["shard", "manifest.json", "DONE", "LATEST"])
+def test_a_crash_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, point: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ckpt"
+    emb = _table(f"crash_{point}", seed=1.0)
+    emb.save(path)
+    emb.weight[torch.arange(N)] = _rows(100.0)
+    with monkeypatch.context() as patch:
+        _crash_at(patch, point)
+        with pytest.raises(Crash):
+            emb.save(path)
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    emb.load(path)  # the previous checkpoint, complete and unmixed
+    assert torch.equal(emb.weight[torch.arange(N)], _rows(1.0))
+
+    emb.weight[torch.arange(N)] = _rows(200.0)
+    emb.save(path)  # the next save switches over and removes what the crash left
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    emb.load(path)
+    assert torch.equal(emb.weight[torch.arange(N)], _rows(200.0))
+    latest = (path / "LATEST").read_text().strip()
+    assert sorted(p.name for p in path.iterdir()) == ["LATEST", latest]
+    assert sorted(p.name for p in (path / latest).iterdir()) == ["DONE", "manifest.json",
+                                                                 "t0_r0.pt"]
+
+
+def _state(emb: DistEmbedding, opt: SparseAdam) -> Dict[str, torch.Tensor]:
+    every = torch.arange(N)
+    out = {"weight": emb.weight[every]}
+    out.update({k: t[every] for k, t in opt.state[emb.name].items()})
+    return out
+
+
+def _train(emb: DistEmbedding, opt: SparseAdam, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(2):
+        opt.zero_grad()
+        ids = torch.randint(0, N, (6,), generator=gen)
+        (emb(ids) * torch.randn(6, D, generator=gen)).sum().backward()
+        opt.step()
+
+
+def test_tables_and_optimizer_state_are_saved_together(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ckpt"
+    emb = _table("pair_table")
+    opt = SparseAdam(emb, lr=0.05, betas=(0.7, 0.9), eps=1e-6)
+    _train(emb, opt, seed=1)
+    save_checkpoint(path, embeddings=[emb], optimizers=[opt])
+    saved = _state(emb, opt)
+    _train(emb, opt, seed=2)
+    opt.lr = 0.5
+    with monkeypatch.context() as patch:  # dies after the table, before the optimizer state
+        _crash_at(patch, "shard", after_saves=1)
+        with pytest.raises(Crash):
+            save_checkpoint(path, embeddings=[emb], optimizers=[opt])
+    for tensor in [emb.weight, *opt.state[emb.name].values()]:
+        tensor[torch.arange(N)] = torch.zeros(tensor.shape, dtype=tensor.dtype)
+    opt.lr = 1.0
+    load_checkpoint(path, embeddings=[emb], optimizers=[opt])
+    got = _state(emb, opt)
+    assert all(torch.equal(got[k], saved[k]) for k in saved), "table and state of one save"
+    assert (opt.lr, opt.betas, opt.eps) == (0.05, (0.7, 0.9), 1e-6)
+
+    # the per-object methods read the combined checkpoint too
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    emb.load(path)
+    assert torch.equal(emb.weight[torch.arange(N)], saved["weight"])
+    opt.load(path)
+    other = _table("pair_other")
+    with pytest.raises(CheckpointError, match="has no table named 'pair_other'"):
+        load_checkpoint(path, embeddings=[emb, other])
+    with pytest.raises(CheckpointError, match=r"no SparseAdagrad state for embedding\(s\) "
+                                              r"\['pair_table'\]"):
+        SparseAdagrad(emb, lr=0.1).load(path)
+    with pytest.raises(ValueError, match="nothing to save"):
+        save_checkpoint(path)
+
+
+class Unsafe:
+    """Not loadable with ``weights_only=True``."""
+
+
+def _shard(root: Path) -> Path:
+    return sorted(root.rglob("*_r0.pt"))[0]
+
+
+def _edit_shard(change: Callable[[dict], object]) -> Callable[[Path], Path]:
+    def edit(root: Path) -> Path:
+        file = _shard(root)
+        obj = torch.load(file, weights_only=True)
+        torch.save(change(obj), file)
+        return file
+    return edit
+
+
+def _truncate(file: Path) -> Path:
+    data = file.read_bytes()
+    file.write_bytes(data[:len(data) // 2])
+    return file
+
+
+def _edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], Path]:
+    def edit(root: Path) -> Path:
+        file = next(root.rglob("manifest.json"))
+        manifest = json.loads(file.read_text())
+        change(manifest)
+        file.write_text(json.dumps(manifest))
+        return file
+    return edit
+
+
+def _first_shard_entry(manifest: dict) -> dict:
+    if "tensors" in manifest:  # layout 1
+        return manifest["tensors"]["weight"]["shards"][0]
+    return manifest["embeddings"][0]["tensors"]["weight"]["shards"][0]
+
+
+def _pointer(text: str) -> Callable[[Path], Path]:
+    def edit(root: Path) -> Path:
+        (root / "LATEST").write_text(text)
+        return root / "LATEST"
+    return edit
+
+
+DAMAGE: Dict[str, Callable[[Path], Path]] = {
+    "truncated shard": lambda root: _truncate(_shard(root)),
+    "shard not weights_only-safe": _edit_shard(lambda o: {**o, "rows": Unsafe()}),
+    "shard not a dict": _edit_shard(lambda o: [o["rows"]]),
+    "shard without rows": _edit_shard(lambda o: {"start": o["start"], "stop": o["stop"]}),
+    "shard start not an int": _edit_shard(lambda o: {**o, "start": float(o["start"])}),
+    "shard rows not a tensor": _edit_shard(lambda o: {**o, "rows": o["rows"].tolist()}),
+    "shard rows of another dtype": _edit_shard(lambda o: {**o, "rows": o["rows"].double()}),
+    "shard rows of another shape": _edit_shard(lambda o: {**o, "rows": o["rows"][:, :2]}),
+    "shard rows too few": _edit_shard(lambda o: {**o, "rows": o["rows"][1:]}),
+    "truncated manifest": lambda root: _truncate(next(root.rglob("manifest.json"))),
+    "manifest start not an int": _edit_manifest(
+        lambda m: _first_shard_entry(m).update(start="0")),
+    "manifest file outside the folder": _edit_manifest(
+        lambda m: _first_shard_entry(m).update(file="../t0_r0.pt")),
+    "manifest without tables": _edit_manifest(
+        lambda m: m.pop("embeddings", None) or m.pop("tensors")),
+    "pointer to a missing version": _pointer("v999999-deadbeef\n"),
+    "pointer outside the folder": _pointer("../elsewhere\n"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_file_is_named(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "ckpt"
+    emb = _table(f"damaged_{damage.replace(' ', '_')}", seed=3.0)
+    emb.save(path)
+    file = DAMAGE[damage](path)
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    with pytest.raises(CheckpointError, match=re.escape(str(file))):
+        emb.load(path)
+
+
+def _write_layout_1(path: Path, kind: str, tensors: Dict[str, torch.Tensor],
+                    config: dict) -> None:
+    """A checkpoint as the first release wrote it: everything directly in ``path``."""
+    path.mkdir(parents=True)
+    entries = {}
+    for i, (key, rows) in enumerate(tensors.items()):
+        torch.save({"start": 0, "stop": rows.shape[0], "rows": rows}, path / f"t{i}_r0.pt")
+        entries[key] = {"shape": list(rows.shape), "dtype": str(rows.dtype).split(".")[-1],
+                        "shards": [{"file": f"t{i}_r0.pt", "start": 0,
+                                    "stop": rows.shape[0]}]}
+    manifest = {"format": "pyg_dist.embedding", "version": 1, "kind": kind, "world_size": 1,
+                "config": config, "tensors": entries}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "DONE").write_text("complete\n")
+
+
+def test_reads_the_first_layout_and_replaces_it_on_save(tmp_path: Path) -> None:
+    emb = _table("layout_1_table")
+    opt = SparseAdagrad(emb, lr=1.0)
+    _write_layout_1(tmp_path / "emb", "DistEmbedding", {"weight": _rows(5.0)},
+                    {"num_embeddings": N, "embedding_dim": D})
+    _write_layout_1(tmp_path / "opt", "SparseAdagrad",
+                    {"layout_1_table/sum": torch.full((N, D), 2.0)},
+                    {"lr": 0.25, "eps": 1e-5, "params": ["layout_1_table"]})
+    emb.load(tmp_path / "emb")
+    opt.load(tmp_path / "opt")
+    assert torch.equal(emb.weight[torch.arange(N)], _rows(5.0))
+    assert torch.equal(opt.state[emb.name]["sum"][torch.arange(N)], torch.full((N, D), 2.0))
+    assert (opt.lr, opt.eps) == (0.25, 1e-5)
+    with pytest.raises(CheckpointError, match="no SparseAdagrad state"):
+        opt.load(tmp_path / "emb")
+    wide = DistEmbedding(N, D + 1, name="layout_1_wide")  # its one table has no name
+    with pytest.raises(CheckpointError, match=r"'weight' has shape \(10, 3\) and dtype "
+                                              r"float32, but 'layout_1_wide' has shape"):
+        wide.load(tmp_path / "emb")
+
+    emb.weight[torch.arange(N)] = _rows(7.0)
+    emb.save(tmp_path / "emb")  # the new layout replaces the old files
+    assert not (tmp_path / "emb" / "DONE").exists()
+    assert not list((tmp_path / "emb").glob("*.pt"))
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    emb.load(tmp_path / "emb")
+    assert torch.equal(emb.weight[torch.arange(N)], _rows(7.0))
