@@ -1,10 +1,12 @@
 """``pyg-dist-partition`` / ``scripts/partition_graph.py``: partition a graph on disk.
 
-Exit code 2 with a one-line message on bad input.
+Exit code 2 with a one-line message on bad input (every numeric option is range
+checked). Progress goes to stderr: a bar on a terminal, plain lines otherwise.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,9 @@ from pyg_dist.datasets.loading import PLANETOID, load_graph_file, load_planetoid
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.partition.partitioner import Partitioner
+from pyg_dist.partition.progress import step
+
+MAX_SEED = 2**31 - 1  # METIS takes a C int
 
 
 class UsageError(Exception):
@@ -25,6 +30,22 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
+
+
+# numeric options: (smallest, largest) allowed value; checked before anything runs
+INT_RANGES = {"num_parts": (1, None), "seed": (0, MAX_SEED), "num_nodes": (2, None),
+              "feat_dim": (1, None), "num_classes": (1, None)}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Raises :class:`UsageError` naming the first numeric option out of its range."""
+    for name, (low, high) in INT_RANGES.items():
+        value = getattr(args, name)
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise UsageError(f"--{name.replace('_', '-')} must be {bound}, got {value}")
+    if not math.isfinite(args.avg_degree) or args.avg_degree <= 0:
+        raise UsageError(f"--avg-degree must be a finite number > 0, got {args.avg_degree}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "METIS would not fit in the available memory)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
     g = p.add_argument_group("synthetic graph")
     g.add_argument("--num-nodes", type=int, default=100_000)
     g.add_argument("--avg-degree", type=float, default=20.0)
@@ -66,8 +87,6 @@ def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
         except FileNotFoundError as exc:
             raise UsageError(str(exc)) from exc
     if name.lower() == "synthetic":
-        if args.num_nodes < 2:
-            raise UsageError(f"--num-nodes must be >= 2, got {args.num_nodes}")
         if args.hetero:
             return hetero_community_graph(args.num_nodes, avg_degree=args.avg_degree / 2,
                                           feat_dim=args.feat_dim, num_classes=args.num_classes,
@@ -96,13 +115,16 @@ def summary_table(meta: PartitionMeta) -> str:
 
 def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.num_parts < 1:
-        raise UsageError(f"--num-parts must be >= 1, got {args.num_parts}")
+    check_numbers(args)
+    if args.coarsen and args.method != "metis":
+        raise UsageError(f"--coarsen: coarsen=True applies to method='metis', "
+                         f"not '{args.method}'")
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
     start = time.perf_counter()
-    data = load_dataset(args)
+    with step(f"loading {args.dataset}", enabled=not args.quiet):
+        data = load_dataset(args)
     try:
         partitioner = Partitioner(data, args.num_parts, out, method=args.method, seed=args.seed,
                                   overwrite=args.overwrite, progress=not args.quiet,
@@ -112,7 +134,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     meta = partitioner.generate()
     total = time.perf_counter() - start
     print(f"partitioned {args.dataset} into {meta.num_parts} part(s) with {meta.method} "
-          f"in {total:.1f}s -> {out}")
+          f"in {total:.1f}s -> {out} (uid {meta.uid})")
     print(summary_table(meta))
     return 0
 

@@ -2,15 +2,15 @@
 
 Every ``.pt`` file is written with plain tensors, dicts, lists, numbers and
 strings, and read back with ``torch.load(..., weights_only=True)``, so a partition
-folder from elsewhere cannot run code. Every write goes to a temporary name first
-and is renamed into place.
+folder from elsewhere cannot run code; :mod:`pyg_dist.partition.validate` then checks
+what was loaded. Every write goes to a temporary name first and is renamed into place;
+the hidden temporary folder of a killed run is removed by the next write of the same
+output (:mod:`pyg_dist.partition.leftovers`).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any, Iterator, Union
 
 import torch
 
+from pyg_dist.partition import leftovers
 from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
 
 PathLike = Union[str, os.PathLike]
@@ -48,16 +49,33 @@ def save_pt(obj: Any, path: PathLike) -> None:
             tmp.unlink()
 
 
-def load_pt(path: PathLike, what: str = "partition file") -> Any:
-    """Loads a ``.pt`` file with ``weights_only=True``; names the file on failure."""
+def load_pt(path: PathLike, what: str = "partition file", mmap: bool = False) -> Any:
+    """Loads a ``.pt`` file with ``weights_only=True``; names the file on failure.
+
+    Args:
+        path (str or Path): the file.
+        what (str): what the file is (for error messages).
+        mmap (bool): map tensors from the file instead of reading them (cheap when
+            only a small entry is needed).
+    """
     path = Path(path)
     if not path.is_file():
         raise PartitionFormatError(f"{what} {path} is missing")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # re-raised with the file named
         raise PartitionFormatError(f"{what} {path} cannot be loaded safely "
                                    f"(weights_only=True): {exc}") from exc
+
+
+def read_uid(folder: PathLike) -> Any:
+    """The ``uid`` entry of ``folder/graph.pt`` (``None`` if absent), read cheaply."""
+    path = Path(folder) / GRAPH_FILE
+    graph = load_pt(path, "graph file", mmap=True)
+    if not isinstance(graph, dict):
+        raise PartitionFormatError(f"{path}: graph.pt content must be a dict, "
+                                   f"got {type(graph).__name__}")
+    return graph.get("uid")
 
 
 def save_json(obj: Any, path: PathLike) -> None:
@@ -110,7 +128,10 @@ def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
 def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yields a temporary folder next to ``out``; renames it to ``out`` on success.
 
-    A crash leaves ``out`` either as it was or complete, never half written.
+    A crash leaves ``out`` either as it was or complete, never half written. The
+    temporary folder records its writer; leftovers of killed writes of ``out`` are
+    removed first when their writer is provably gone
+    (:func:`~pyg_dist.partition.leftovers.clean_stale`; others are kept with a warning).
 
     Raises:
         FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.
@@ -118,23 +139,27 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output {out} exists and is not a folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    leftovers.clean_stale(out)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"output folder {out} exists and is not empty "
                               f"(pass overwrite=True / --overwrite to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    tmp = leftovers.claim(out)
     try:
         yield tmp
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _swap_in(tmp, out)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        leftovers.release(tmp, out)
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Moves ``tmp`` to ``out``; a replaced ``out`` is moved aside, and back on failure."""
+    old = leftovers.old_path(tmp)
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise

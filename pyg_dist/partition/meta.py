@@ -4,22 +4,57 @@ Homogeneous graphs are written with plain values (``num_nodes: 2708``,
 ``node_offsets: [0, 1354, 2708]``), heterogeneous ones with dicts keyed by node
 type or by ``"src__rel__dst"`` edge key, as DESIGN contract 3 says. In memory both
 are held as dicts keyed by type, so the rest of the code has one path.
+
+Fields: ``format`` (``"pyg_dist"``), ``version`` (1), ``num_parts``, ``is_hetero``,
+``node_types``, ``edge_types`` (``[src, rel, dst]`` lists), ``num_nodes``,
+``num_edges``, ``node_offsets``, ``edge_offsets``, ``node_attrs``/``edge_attrs``
+(per type, attribute name -> ``{"dtype": "float32", "shape": [per-row shape]}``),
+``splits``, ``method``, ``seed``, ``parts`` (per-partition statistics) and ``uid``.
+
+``uid`` identifies the partitioning: a 64-character hex sha256 over the fields that
+define it and the node and edge id maps (:mod:`pyg_dist.partition.identity`). The
+same data, method and seed give the same uid; another seed, method, number of parts
+or graph structure gives another (attribute values are not hashed, their specs are).
+Every ``part_<p>/graph.pt`` repeats it, and loading refuses a partition whose uid
+differs (a partition folder of another run mixed in). Ranks of one job compare it to
+make sure they load the same partitioning. ``uid`` is optional on read: folders
+written before it existed get one derived from a sha256 of their canonical
+``META.json`` document (:attr:`PartitionMeta.uid_derived` is then ``True``), and
+their ``graph.pt`` files must then carry none.
+
+Every field is type-checked on read: a wrong type raises :class:`PartitionFormatError`
+naming ``META.json`` and the field.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pyg_dist.partition.book import RangeBook
+from pyg_dist.partition.identity import fallback_uid
+from pyg_dist.partition.schema import Field, PartitionFormatError
 from pyg_dist.typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key, edge_type_of,
                              parse_edge_key)
 
 FORMAT = "pyg_dist"
 VERSION = 1
+_UID = re.compile(r"[0-9a-f]{64}")
+
+__all__ = ["FORMAT", "VERSION", "AttrSpec", "PartStats", "PartitionMeta",
+           "PartitionFormatError"]
 
 
-class PartitionFormatError(ValueError):
-    """A partition folder is missing a file, has another version, or is inconsistent."""
+def _edge_type(key: Field) -> EdgeType:
+    """Parses an ``"src__rel__dst"`` key field."""
+    try:
+        return parse_edge_key(key.as_str())
+    except ValueError:
+        key.fail('an edge type key "src__rel__dst"')
+
+
+def _by_edge_key(obj: Field, read: Callable[[Field], Any]) -> Dict[EdgeType, Any]:
+    return {_edge_type(obj.child(k, k)): read(v) for k, v in obj.as_dict().items()}
 
 
 @dataclass(frozen=True)
@@ -32,8 +67,9 @@ class AttrSpec:
         return {"dtype": self.dtype, "shape": list(self.shape)}
 
     @classmethod
-    def from_json(cls, obj: Dict[str, Any]) -> "AttrSpec":
-        return cls(str(obj["dtype"]), tuple(int(s) for s in obj["shape"]))
+    def from_json(cls, obj: Field) -> "AttrSpec":
+        """Reads ``{"dtype": name, "shape": [...]}``; the dtype must be in the allow-list."""
+        return cls(obj["dtype"].as_dtype(), obj["shape"].as_ints(minimum=0))
 
 
 @dataclass(frozen=True)
@@ -52,11 +88,15 @@ class PartStats:
                 "train_nodes": self.train_nodes}
 
     @classmethod
-    def from_json(cls, obj: Dict[str, Any]) -> "PartStats":
-        return cls(owned_nodes=dict(obj["owned_nodes"]), halo_nodes=dict(obj["halo_nodes"]),
-                   edges={parse_edge_key(k): v for k, v in obj["edges"].items()},
-                   cut_edges={parse_edge_key(k): v for k, v in obj["cut_edges"].items()},
-                   train_nodes=int(obj["train_nodes"]))
+    def from_json(cls, obj: Field) -> "PartStats":
+        def count(f: Field) -> int:
+            return f.as_int(minimum=0)
+
+        return cls(owned_nodes={k: count(v) for k, v in obj["owned_nodes"].as_dict().items()},
+                   halo_nodes={k: count(v) for k, v in obj["halo_nodes"].as_dict().items()},
+                   edges=_by_edge_key(obj["edges"], count),
+                   cut_edges=_by_edge_key(obj["cut_edges"], count),
+                   train_nodes=count(obj["train_nodes"]))
 
 
 @dataclass(frozen=True)
@@ -66,6 +106,9 @@ class PartitionMeta:
     The partition books are derived from ``node_offsets`` / ``edge_offsets``:
     partition ``p`` owns node ids ``[node_offsets[t][p], node_offsets[t][p+1])`` of
     type ``t`` and, likewise, the edges whose destination it owns.
+
+    ``uid`` identifies the partitioning (see the module docs); ``uid_derived`` is
+    ``True`` when ``META.json`` carried none and ``uid`` was derived from its content.
     """
     num_parts: int
     is_hetero: bool
@@ -81,6 +124,8 @@ class PartitionMeta:
     method: str = "metis"
     seed: int = 0
     parts: Tuple[PartStats, ...] = ()
+    uid: str = ""
+    uid_derived: bool = False
 
     def node_type(self, group: Optional[NodeType]) -> NodeType:
         """Resolves a user-given node type (``None`` for homogeneous graphs)."""
@@ -123,7 +168,7 @@ class PartitionMeta:
                 return values[HOMO_EDGE]
             return {edge_key(k): v for k, v in values.items()}
 
-        return {
+        doc = {
             "format": FORMAT, "version": VERSION, "num_parts": self.num_parts,
             "is_hetero": self.is_hetero, "node_types": list(self.node_types),
             "edge_types": [list(t) for t in self.edge_types],
@@ -137,43 +182,52 @@ class PartitionMeta:
             "splits": list(self.splits), "method": self.method, "seed": self.seed,
             "parts": [p.to_json() for p in self.parts],
         }
+        if self.uid and not self.uid_derived:
+            doc["uid"] = self.uid
+        return doc
 
     @classmethod
     def from_json(cls, obj: Dict[str, Any], source: str = "META.json") -> "PartitionMeta":
         """Parses and validates a ``META.json`` document.
 
         Raises:
-            PartitionFormatError: naming the field that is missing or wrong.
+            PartitionFormatError: naming the field that is missing, of a wrong type, or
+                inconsistent with the others.
         """
-        _check_header(obj, source)
-        is_hetero = bool(obj["is_hetero"])
-        node_types = tuple(str(t) for t in obj["node_types"])
-        edge_types = tuple(tuple(str(s) for s in t) for t in obj["edge_types"])
+        doc = Field(obj, "", source)
+        _check_header(doc)
+        is_hetero = doc["is_hetero"].as_bool()
 
-        def by_node(value: Any) -> Dict[NodeType, Any]:
-            return dict(value) if is_hetero else {HOMO_NODE: value}
-
-        def by_edge(value: Any) -> Dict[EdgeType, Any]:
+        def by_node(f: Field, read: Callable[[Field], Any]) -> Dict[NodeType, Any]:
             if not is_hetero:
-                return {HOMO_EDGE: value}
-            return {parse_edge_key(k): v for k, v in value.items()}
+                return {HOMO_NODE: read(f)}
+            return {k: read(v) for k, v in f.as_dict().items()}
 
+        def by_edge(f: Field, read: Callable[[Field], Any]) -> Dict[EdgeType, Any]:
+            return _by_edge_key(f, read) if is_hetero else {HOMO_EDGE: read(f)}
+
+        def attrs(f: Field) -> Dict[str, AttrSpec]:
+            return {a: AttrSpec.from_json(s) for a, s in f.as_dict().items()}
+
+        has_uid = "uid" in obj
+        uid = doc.get("uid", None)
+        if has_uid and not _UID.fullmatch(uid.as_str()):
+            uid.fail("a 64-character lowercase hex string (sha256)")
         meta = cls(
-            num_parts=int(obj["num_parts"]), is_hetero=is_hetero,
-            node_types=node_types, edge_types=edge_types,  # type: ignore[arg-type]
-            num_nodes={k: int(v) for k, v in by_node(obj["num_nodes"]).items()},
-            num_edges={k: int(v) for k, v in by_edge(obj["num_edges"]).items()},
-            node_offsets={k: tuple(int(x) for x in v)
-                          for k, v in by_node(obj["node_offsets"]).items()},
-            edge_offsets={k: tuple(int(x) for x in v)
-                          for k, v in by_edge(obj["edge_offsets"]).items()},
-            node_attrs={t: {a: AttrSpec.from_json(s) for a, s in d.items()}
-                        for t, d in obj.get("node_attrs", {}).items()},
-            edge_attrs={parse_edge_key(t): {a: AttrSpec.from_json(s) for a, s in d.items()}
-                        for t, d in obj.get("edge_attrs", {}).items()},
-            splits=tuple(obj.get("splits", ())), method=str(obj.get("method", "")),
-            seed=int(obj.get("seed", 0)),
-            parts=tuple(PartStats.from_json(p) for p in obj.get("parts", [])),
+            num_parts=doc["num_parts"].as_int(), is_hetero=is_hetero,
+            node_types=doc["node_types"].as_strs(),
+            edge_types=tuple(f.as_strs(length=3)  # type: ignore[misc]
+                             for f in doc["edge_types"].as_list()),
+            num_nodes=by_node(doc["num_nodes"], lambda f: f.as_int(minimum=0)),
+            num_edges=by_edge(doc["num_edges"], lambda f: f.as_int(minimum=0)),
+            node_offsets=by_node(doc["node_offsets"], lambda f: f.as_ints()),
+            edge_offsets=by_edge(doc["edge_offsets"], lambda f: f.as_ints()),
+            node_attrs={k: attrs(v) for k, v in doc.get("node_attrs", {}).as_dict().items()},
+            edge_attrs=_by_edge_key(doc.get("edge_attrs", {}), attrs),
+            splits=doc.get("splits", []).as_strs(), method=doc.get("method", "").as_str(),
+            seed=doc.get("seed", 0).as_int(),
+            parts=tuple(PartStats.from_json(p) for p in doc.get("parts", []).as_list()),
+            uid=uid.value if has_uid else fallback_uid(obj), uid_derived=not has_uid,
         )
         meta.validate(source)
         return meta
@@ -185,6 +239,9 @@ class PartitionMeta:
 
         if self.num_parts < 1:
             fail(f"num_parts must be >= 1, got {self.num_parts}")
+        _check_keys(self, fail)
+        if self.parts and len(self.parts) != self.num_parts:
+            fail(f"parts lists {len(self.parts)} partitions, num_parts is {self.num_parts}")
         for t in self.node_types:
             offs = self.node_offsets.get(t)
             if offs is None or t not in self.num_nodes:
@@ -200,21 +257,42 @@ class PartitionMeta:
                            f"edge_offsets['{edge_key(et)}']", fail)
 
 
-def _check_header(obj: Dict[str, Any], source: str) -> None:
+def _check_header(doc: Field) -> None:
+    obj = doc.value
     if not isinstance(obj, dict):
-        raise PartitionFormatError(f"{source}: expected a JSON object")
+        raise PartitionFormatError(f"{doc.source}: expected a JSON object")
     if obj.get("format") != FORMAT:
-        raise PartitionFormatError(f"{source}: format is {obj.get('format')!r}, "
+        raise PartitionFormatError(f"{doc.source}: format is {obj.get('format')!r}, "
                                    f"expected {FORMAT!r}: not a pyg_dist partition")
     if obj.get("version") != VERSION:
         raise PartitionFormatError(
-            f"{source}: format version {obj.get('version')!r} is not supported by this "
+            f"{doc.source}: format version {obj.get('version')!r} is not supported by this "
             f"pyg_dist (reads version {VERSION}); re-partition the graph with this version")
     required = ("num_parts", "is_hetero", "node_types", "edge_types", "num_nodes",
                 "num_edges", "node_offsets", "edge_offsets")
     missing: List[str] = [k for k in required if k not in obj]
     if missing:
-        raise PartitionFormatError(f"{source}: missing field(s) {', '.join(missing)}")
+        raise PartitionFormatError(f"{doc.source}: missing field(s) {', '.join(missing)}")
+
+
+def _check_keys(meta: PartitionMeta, fail: Callable[[str], None]) -> None:
+    """Every per-type field is keyed by exactly the declared types (attrs: a subset)."""
+    node_types, edge_types = set(meta.node_types), set(meta.edge_types)
+    if len(node_types) != len(meta.node_types) or len(edge_types) != len(meta.edge_types):
+        fail("node_types/edge_types list a type twice")
+    for name, keys, types in (("num_nodes", meta.num_nodes, node_types),
+                              ("node_offsets", meta.node_offsets, node_types),
+                              ("num_edges", meta.num_edges, edge_types),
+                              ("edge_offsets", meta.edge_offsets, edge_types)):
+        if set(keys) != types:
+            fail(f"{name} is keyed by {sorted(map(str, keys))}, expected the declared types "
+                 f"{sorted(map(str, types))}")
+    for name, keys, types in (("node_attrs", meta.node_attrs, node_types),
+                              ("edge_attrs", meta.edge_attrs, edge_types)):
+        unknown = set(keys) - types
+        if unknown:
+            fail(f"{name} names type(s) {sorted(map(str, unknown))} not declared in "
+                 f"node_types/edge_types")
 
 
 def _check_offsets(offs: Tuple[int, ...], num_parts: int, total: int, what: str,

@@ -3,13 +3,15 @@
 Steps: assign nodes to partitions (METIS or random) -> relabel ids so each
 partition owns one contiguous range per node type -> order each edge type by new
 destination id (CSC; an edge belongs to the partition owning its destination, and
-edge ids are relabelled to that order) -> write every partition, the id maps and
-``META.json`` into a temporary folder that is renamed into place at the end.
+edge ids are relabelled to that order) -> hash the id maps and META's defining fields
+into the partitioning's ``uid`` -> write every partition (each ``graph.pt`` carries the
+uid), the id maps and ``META.json`` into a temporary folder that is renamed into
+place at the end.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple, Union
 
@@ -17,12 +19,14 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
-from tqdm.auto import tqdm
 
 from pyg_dist.partition import io
 from pyg_dist.partition.assign import METHODS, assign
+from pyg_dist.partition.identity import partition_uid
 from pyg_dist.partition.kernels import csc_order, gather_sources, outside_nodes
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
+from pyg_dist.partition.progress import track
+from pyg_dist.partition.schema import dtype_name
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
@@ -63,7 +67,8 @@ class PartitionTimings:
         total_s: the whole of :meth:`Partitioner.generate`.
         metis_s: the ``pymetis.part_graph`` call only (``0`` for the random method).
         phases_s: seconds per step: ``assign`` (for METIS the sum of ``adjacency``,
-            ``metis`` and ``balance``), ``relabel``, ``order_edges``, ``write``.
+            ``metis`` and ``balance``), ``relabel``, ``order_edges``, ``uid`` (hashing
+            the id maps), ``write``.
     """
     total_s: float
     metis_s: float
@@ -97,7 +102,8 @@ class Partitioner:
         overwrite (bool): replace an existing non-empty ``root``.
         halo_attrs (Iterable[str]): node attributes whose values are also stored for
             halo nodes (needed by temporal sampling on node time).
-        progress (bool): show progress bars.
+        progress (bool): report progress on ``stderr`` (a bar on a terminal, plain
+            lines otherwise).
         coarsen (bool, optional): METIS on a label-propagation clustering of the graph
             rather than the graph itself: for graphs too large for METIS's memory (it
             needs about 8 times the adjacency); the cut is similar or a little larger.
@@ -147,9 +153,13 @@ class Partitioner:
             edges = {et: self._order_edges(et, nodes) for et in self._bar(
                 tables.edge_index, "ordering edges")}
             laps.lap("order_edges")
-            stats = [self._write_part(tmp, p, nodes, edges)
+            meta = self._meta(nodes, edges)
+            uid = partition_uid(meta.to_json(), {t: o.new_to_old for t, o in nodes.items()},
+                                {t: o.order for t, o in edges.items()})
+            laps.lap("uid")
+            stats = [self._write_part(tmp, p, nodes, edges, uid)
                      for p in self._bar(range(self.num_parts), "writing partitions")]
-            meta = self._meta(nodes, edges, stats)
+            meta = replace(meta, parts=tuple(stats), uid=uid)
             io.save_pt(self._by_type({t: torch.from_numpy(o.new_to_old)
                                       for t, o in nodes.items()}), tmp / io.NODE_MAP_FILE)
             io.save_pt(self._by_type({edge_key(t): torch.from_numpy(o.order)
@@ -162,7 +172,7 @@ class Partitioner:
 
     # ---- steps ---------------------------------------------------------------------
     def _bar(self, items: Iterable, desc: str) -> Iterable:
-        return tqdm(items, desc=desc, disable=not self.progress, leave=False)
+        return track(items, desc, enabled=self.progress)
 
     def _by_type(self, values: Dict) -> object:
         return values if self.tables.is_hetero else next(iter(values.values()))
@@ -175,12 +185,13 @@ class Partitioner:
         return EdgeOrder(indptr, order, offsets)
 
     def _write_part(self, tmp: Path, part: int, nodes: Dict[NodeType, NodeOrder],
-                    edges: Dict[EdgeType, EdgeOrder]) -> PartStats:
+                    edges: Dict[EdgeType, EdgeOrder], uid: str) -> PartStats:
         csc, edge_feats, halo, n_edges, n_cut = self._part_edges(part, nodes, edges)
         node_feats, splits, halo_attrs = self._part_nodes(part, nodes, halo)
         folder = io.part_dir(tmp, part)
         folder.mkdir()
-        io.save_pt({"csc": csc, "halo": halo, "halo_attrs": halo_attrs}, folder / io.GRAPH_FILE)
+        io.save_pt({"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
+                   folder / io.GRAPH_FILE)
         io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
         io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
         io.save_pt(splits, folder / io.SPLITS_FILE)
@@ -228,12 +239,13 @@ class Partitioner:
                                  if k in self.halo_attrs}
         return node_feats, splits, halo_attrs
 
-    def _meta(self, nodes: Dict[NodeType, NodeOrder], edges: Dict[EdgeType, EdgeOrder],
-              stats: list) -> PartitionMeta:
+    def _meta(self, nodes: Dict[NodeType, NodeOrder],
+              edges: Dict[EdgeType, EdgeOrder]) -> PartitionMeta:
+        """The META of this partitioning, without per-partition statistics and uid."""
         tables = self.tables
 
         def spec(value: Tensor) -> AttrSpec:
-            return AttrSpec(str(value.dtype).replace("torch.", ""), tuple(value.shape[1:]))
+            return AttrSpec(dtype_name(value.dtype), tuple(value.shape[1:]))
 
         splits = sorted({s for t in tables.num_nodes for s in tables.masks(t)})
         return PartitionMeta(
@@ -247,4 +259,4 @@ class Partitioner:
                         for t, a in tables.node_attrs.items()},
             edge_attrs={t: {k: spec(v) for k, v in a.items()}
                         for t, a in tables.edge_attrs.items()},
-            splits=tuple(splits), method=self.method, seed=self.seed, parts=tuple(stats))
+            splits=tuple(splits), method=self.method, seed=self.seed)

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_dist.partition.schema import DTYPES, dtype_name
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 
 _SKIP = {"edge_index", "adj_t", "adj", "num_nodes"}
@@ -78,7 +79,13 @@ class GraphTables:
         return cls(True, num_nodes, node_attrs, edge_index, edge_attrs)
 
     def validate(self) -> None:
-        """Checks shapes and id ranges; raises ``ValueError`` naming the problem."""
+        """Checks shapes, dtypes and id ranges; raises ``ValueError`` naming the problem."""
+        for group, attrs in [*self.node_attrs.items(), *self.edge_attrs.items()]:
+            for key, value in attrs.items():
+                if value.layout != torch.strided or dtype_name(value.dtype) not in DTYPES:
+                    raise ValueError(f"attribute '{key}' of {group} is a {value.layout} "
+                                     f"{value.dtype} tensor; partitions store dense tensors "
+                                     f"of dtype {', '.join(DTYPES)}")
         for node_type, attrs in self.node_attrs.items():
             for key, value in attrs.items():
                 if value.dim() == 0 or value.size(0) != self.num_nodes[node_type]:

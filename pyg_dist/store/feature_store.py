@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from pyg_dist.partition import io
+from pyg_dist.partition import io, validate
 from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
-from pyg_dist.typing import EdgeType, NodeType, edge_key, parse_edge_key
+from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 
@@ -52,25 +52,27 @@ class LocalFeatureStore(FeatureStore):
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalFeatureStore":
-        """Loads partition ``pid`` of the partition folder ``root``."""
+        """Loads partition ``pid`` of the partition folder ``root``.
+
+        The partition's ``graph.pt`` must carry the ``uid`` of ``META.json`` (read
+        without loading its tensors), and every loaded tensor is checked against
+        ``META.json`` (:mod:`pyg_dist.partition.validate`): one row per owned id,
+        dtype and per-row shape as declared, split ids in the owned range.
+
+        Raises:
+            PartitionFormatError: naming the file and the problem.
+        """
         meta = io.read_meta(root)
         folder = io.check_part(root, meta, pid)
-        node_feats = io.load_pt(folder / io.NODE_FEATS_FILE, "node feature file")
-        edge_feats = io.load_pt(folder / io.EDGE_FEATS_FILE, "edge feature file")
-        splits = io.load_pt(folder / io.SPLITS_FILE, "split file")
-        edge_feats = {parse_edge_key(k): v for k, v in edge_feats.items()}
-        store = cls(meta, pid, node_feats, edge_feats, splits)
-        store._check_rows(folder)
-        return store
+        validate.check_uid(folder / io.GRAPH_FILE, io.read_uid(folder), meta)
 
-    def _check_rows(self, folder: Path) -> None:
-        for group, attrs in self._tensors.items():
-            book = self._books[group]
-            for name, value in attrs.items():
-                if value.size(0) != book.size(self.part):
-                    raise PartitionFormatError(
-                        f"{folder}: attribute '{name}' of {_group_str(group)} has "
-                        f"{value.size(0)} rows, META.json says {book.size(self.part)}")
+        def load(name: str, what: str, check: Callable) -> dict:
+            return check(io.load_pt(folder / name, what), meta, pid, folder / name)
+
+        return cls(meta, pid, load(io.NODE_FEATS_FILE, "node feature file",
+                                   validate.check_node_feats),
+                   load(io.EDGE_FEATS_FILE, "edge feature file", validate.check_edge_feats),
+                   load(io.SPLITS_FILE, "split file", validate.check_splits))
 
     # ---- resolving names -----------------------------------------------------------
     def resolve(self, group_name: Optional[Group], attr_name: Optional[str] = None) -> Group:

@@ -13,8 +13,9 @@ from torch_geometric.typing import EdgeTensorType
 
 from pyg_dist.partition import io
 from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
-from pyg_dist.typing import EdgeType, NodeType, edge_key, edge_type_of
+from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.partition.validate import check_graph
+from pyg_dist.typing import EdgeType, NodeType, edge_type_of
 
 
 @dataclass
@@ -77,20 +78,21 @@ class LocalGraphStore(GraphStore):
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalGraphStore":
-        """Loads partition ``pid`` of the partition folder ``root``."""
+        """Loads partition ``pid`` of the partition folder ``root``.
+
+        Everything loaded is checked first (:func:`~pyg_dist.partition.validate.check_graph`):
+        structure, dtypes, monotonic ``indptr``, ids in range, and that the partition
+        has the ``uid`` of ``META.json``.
+
+        Raises:
+            PartitionFormatError: naming the file and the problem.
+        """
         meta = io.read_meta(root)
-        folder = io.check_part(root, meta, pid)
-        graph = io.load_pt(folder / io.GRAPH_FILE, "graph file")
-        csc = {}
-        for et in meta.edge_types:
-            entry = graph.get("csc", {}).get(edge_key(et))
-            if entry is None:
-                raise PartitionFormatError(f"{folder / io.GRAPH_FILE} has no edges of type "
-                                           f"{edge_key(et)} listed in META.json")
-            csc[et] = CSC(entry["indptr"], entry["indices"], meta.node_offsets[et[2]][pid],
-                          meta.edge_offsets[et][pid])
-            _check_csc(csc[et], meta, et, pid, folder)
-        return cls(meta, pid, csc, graph.get("halo", {}), graph.get("halo_attrs", {}))
+        path = io.check_part(root, meta, pid) / io.GRAPH_FILE
+        graph = check_graph(io.load_pt(path, "graph file"), meta, pid, path)
+        csc = {et: CSC(indptr, indices, meta.node_offsets[et[2]][pid], meta.edge_offsets[et][pid])
+               for et, (indptr, indices) in graph.csc.items()}
+        return cls(meta, pid, csc, graph.halo, graph.halo_attrs)
 
     # ---- partition books -------------------------------------------------------
     @property
@@ -165,13 +167,3 @@ class LocalGraphStore(GraphStore):
         edges = sum(c.num_edges for c in self.csc.values())
         return (f"LocalGraphStore(part={self.part}/{self.num_parts}, "
                 f"edge_types={len(self.csc)}, edges={edges})")
-
-
-def _check_csc(csc: CSC, meta: PartitionMeta, et: EdgeType, pid: int, folder: Path) -> None:
-    owned = meta.node_offsets[et[2]][pid + 1] - meta.node_offsets[et[2]][pid]
-    edges = meta.edge_offsets[et][pid + 1] - meta.edge_offsets[et][pid]
-    if csc.num_dst != owned or csc.num_edges != edges or int(csc.indptr[-1]) != edges:
-        raise PartitionFormatError(
-            f"{folder / io.GRAPH_FILE}: edges of type {edge_key(et)} do not match META.json "
-            f"({csc.num_dst} destinations / {csc.num_edges} edges stored, expected "
-            f"{owned} / {edges})")
