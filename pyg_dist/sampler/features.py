@@ -7,6 +7,12 @@ allocator instead of being faulted in afresh on both sides, and the sender gathe
 the next piece while the previous one is on the wire). Meanwhile the local rows are
 gathered straight into the output, and every response is copied once, into its
 rows of the output. Deduplication (``unique=True``) is a hash map, O(ids).
+
+Every response is checked against its request and the local schema before a row is
+copied (:func:`~pyg_dist.sampler.checks.check_feature_response`): a peer that sends
+rows of another width, dtype or count gets a
+:class:`~pyg_dist.sampler.checks.RemoteResponseError` naming it,
+and the row-copy kernel itself refuses any copy that would leave its tensors.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from torch import Tensor
 from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler.checks import RowLayout, check_feature_response
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, empty_large, prefetch
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.node_index import NodeIndex
@@ -80,9 +87,16 @@ def _words(t: Tensor) -> Tuple[np.ndarray, int]:
 
 
 def _place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
-    """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``."""
+    """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``.
+
+    Raises:
+        ValueError: if the copy would leave either tensor (rows out of range, another
+            row shape or dtype, row counts that differ): the kernel never does.
+    """
+    _check_copy(out, out_rows, src, src_rows)
     if out.dim() > 1 and out.shape[1:].numel() == 0:  # zero-width rows
         return
+    src = src.detach()
     if src_rows is None:
         if isinstance(out_rows, tuple):
             out.narrow(0, out_rows[0], out_rows[1] - out_rows[0]).copy_(src)
@@ -92,8 +106,58 @@ def _place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor])
         return
     start, dst_rows = (out_rows[0], _NO_ROWS) if isinstance(out_rows, tuple) else (0, out_rows)
     (src_words, width), (out_words, _) = _words(src.contiguous()), _words(out)
-    _copy_rows(src_words, src_rows.numpy(), out_words, dst_rows.numpy(), start, width,
-               max(64 // src_words.itemsize, 1))
+    _copy_rows(src_words, _index_array(src_rows), out_words, _index_array(dst_rows),
+               int(start), width, max(64 // src_words.itemsize, 1))
+
+
+def _index_array(rows: Tensor) -> np.ndarray:
+    return rows.detach().contiguous().numpy().astype(np.int64, copy=False)
+
+
+def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
+    """Raises unless every row ``_place`` would read and write lies inside its tensor."""
+    if src.dtype != out.dtype or src.dim() != out.dim() or src.shape[1:] != out.shape[1:]:
+        raise ValueError(f"cannot copy rows of {src.dtype} {tuple(src.shape[1:])} into "
+                         f"rows of {out.dtype} {tuple(out.shape[1:])}: row shape or dtype "
+                         f"differs")
+    if not out.is_contiguous() or out.device.type != "cpu" or src.device.type != "cpu":
+        raise ValueError("rows are copied between CPU tensors into a contiguous output")
+    n = src.size(0) if src_rows is None else src_rows.numel()
+    if src_rows is not None:
+        _check_index(src_rows, src.size(0), "source rows")
+    if isinstance(out_rows, tuple):
+        lo, hi = int(out_rows[0]), int(out_rows[1])
+        if lo < 0 or hi > out.size(0) or hi < lo:
+            raise ValueError(f"output rows [{lo}, {hi}) out of range [0, {out.size(0)})")
+        count = hi - lo
+    else:
+        _check_index(out_rows, out.size(0), "output rows")
+        count = out_rows.numel()
+    if count != n:
+        raise ValueError(f"{n} rows to copy into {count} output rows")
+
+
+def _check_index(rows: Tensor, size: int, what: str) -> None:
+    if rows.dim() != 1 or rows.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{what} must be a 1-D integer tensor, got {rows.dtype} "
+                         f"of shape {tuple(rows.shape)}")
+    if rows.numel():
+        lo, hi = (int(v) for v in torch.aminmax(rows))
+        if lo < 0 or hi >= size:
+            raise ValueError(f"{what} [{lo}, {hi}] out of range [0, {size})")
+
+
+def group_by_owner(ids: Tensor, book: RangeBook) -> Tuple[np.ndarray, np.ndarray]:
+    """Positions of ``ids`` grouped by owning partition (stable), and the count per
+    partition.
+
+    Raises:
+        ValueError: if an id lies outside the book (the kernel would index past its
+            per-partition counters).
+    """
+    book.check(ids)
+    keys = ids.detach().contiguous().numpy().astype(np.int64, copy=False)
+    return _group_by_owner(keys, book.offsets[1:].contiguous().numpy())
 
 
 @dataclass
@@ -116,6 +180,15 @@ class _Job:
     out: Dict[str, Tensor] = field(default_factory=dict)
 
 
+@dataclass
+class _Pending:
+    """One request in flight: the rank it went to, what it asked, and where rows go."""
+    rank: int
+    request: FeatureRequest
+    pieces: List[Tuple[_Job, _Share]]
+    future: object
+
+
 def _dedupe(ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
     """Distinct ids in order of first appearance, and the inverse (``None`` if the ids
     were already distinct)."""
@@ -127,12 +200,13 @@ def _dedupe(ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
 
 
 def _shares(ids: Tensor, book: RangeBook) -> List[_Share]:
-    """Splits ``ids`` by owner (ids already checked against the book)."""
+    """Splits ``ids`` by owner (raises if an id is outside the book)."""
     if ids.numel() == 0:
         return []
     if book.num_parts == 1:
+        book.check(ids)
         return [_Share(0, ids, (0, ids.numel()))]
-    order, counts = _group_by_owner(ids.numpy(), book.offsets[1:].numpy())
+    order, counts = group_by_owner(ids, book)
     nonzero = [p for p, c in enumerate(counts.tolist()) if c > 0]
     if len(nonzero) == 1:
         return [_Share(nonzero[0], ids, (0, ids.numel()))]
@@ -199,9 +273,15 @@ class FeatureFetcher:
             for share in job.shares:
                 if share.part == self.group.part:
                     self._gather_local(job, share)
-        for done in asyncio.as_completed([_tagged(pieces, fut) for pieces, fut in pending]):
-            pieces, response = await done
-            for job, share in pieces:
+        layouts = _layouts(jobs)
+        tasks = [asyncio.ensure_future(_tagged(p, p.future)) for p in pending]
+        for task in tasks:  # the first failure is raised; the others are retrieved here
+            task.add_done_callback(_retrieve)
+        for done in asyncio.as_completed(tasks):
+            sent, response = await done
+            check_feature_response(sent.request, response, layouts,
+                                   self.group.describe(sent.rank))
+            for job, share in sent.pieces:
                 got = getattr(response, job.kind)[job.group]
                 for attr in job.attrs:
                     _place(job.out[attr], share.rows, got[attr], None)
@@ -245,8 +325,8 @@ class FeatureFetcher:
             _place(job.out[attr], share.rows, self.local.features.tensor(job.group, attr),
                    rows)
 
-    def _send(self, jobs: List[_Job]) -> List[Tuple[List[Tuple[_Job, _Share]], object]]:
-        """Issues every remote request; returns ``(pieces, future)`` per request."""
+    def _send(self, jobs: List[_Job]) -> List[_Pending]:
+        """Issues every remote request; returns them with their futures."""
         pending = []
         for part, pieces in self._pack(jobs).items():
             for batch in pieces:
@@ -254,8 +334,9 @@ class FeatureFetcher:
                 for job, share in batch:
                     getattr(req, job.kind)[job.group] = share.ids
                     getattr(req, f"{job.kind[:-1]}_attrs")[job.group] = job.attrs
-                fut = self.group.call_async(self.group.route(part), "sampler.features", req)
-                pending.append((batch, fut))
+                rank = self.group.route(part)
+                fut = self.group.call_async(rank, "sampler.features", req)
+                pending.append(_Pending(rank, req, batch, fut))
         return pending
 
     def _pack(self, jobs: List[_Job]) -> Dict[int, List[List[Tuple[_Job, _Share]]]]:
@@ -290,5 +371,18 @@ class FeatureFetcher:
         return out
 
 
-async def _tagged(tag: object, fut: object) -> Tuple[object, FeatureResponse]:
+def _layouts(jobs: List[_Job]) -> Dict[Tuple[str, Group, str], RowLayout]:
+    """Row shape and dtype of every attribute fetched (as allocated for the output)."""
+    return {(job.kind, job.group, attr): RowLayout(tuple(out.shape[1:]), out.dtype)
+            for job in jobs for attr, out in job.out.items()}
+
+
+async def _tagged(tag: _Pending, fut: object) -> Tuple[_Pending, object]:
     return tag, await fut  # type: ignore[misc]
+
+
+def _retrieve(task: "asyncio.Task") -> None:
+    """Marks a request's failure as seen: once one request fails, :meth:`fetch` raises
+    and nobody awaits the rest (asyncio would log each of their errors)."""
+    if not task.cancelled():
+        task.exception()

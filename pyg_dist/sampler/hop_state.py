@@ -63,7 +63,16 @@ class HopState:
                                                 self._time_of(batch))
 
     def _keys(self, ids: Tensor, batch: Optional[Tensor]) -> Tensor:
-        return ids if batch is None else (batch << ID_BITS) | ids
+        """Hash keys: the ids, or ``subtree << ID_BITS | id`` in disjoint mode (ids and
+        subtrees must fit their bits, or nodes of different subtrees would collide)."""
+        if batch is None or ids.numel() == 0:
+            return ids
+        lo, hi = (int(v) for v in torch.aminmax(ids))
+        if lo >= 0 and (hi > ID_MASK or int(batch.max()) >= 1 << (63 - ID_BITS)):
+            raise ValueError(f"disjoint sampling encodes (subtree, id) in 64 bits: ids must "
+                             f"be below 2^{ID_BITS} and subtrees below 2^{63 - ID_BITS}, "
+                             f"got id {hi}")
+        return (batch << ID_BITS) | ids  # a negative id is refused by the NodeIndex
 
     def _time_of(self, batch: Optional[Tensor]) -> Optional[Tensor]:
         if self.subtree_time is None or batch is None:

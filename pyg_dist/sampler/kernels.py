@@ -13,7 +13,12 @@ Strategies:
 - weighted by an edge attribute (Efraimidis-Spirakis keys without replacement,
   inverse CDF with replacement); zero-weight edges are never drawn;
 - temporal: only edges whose time is not after the seed's time; ``uniform`` draws
-  among them, ``last`` takes the most recent ones.
+  among them, ``last`` keeps the ``min(fanout, eligible)`` most recent ones and, with
+  replacement, draws ``fanout`` times among those (pyg-lib's semantics). Top-k
+  selections (weighted, ``last``) keep a heap of k: O(degree log k), not a sort.
+
+Inputs are checked before any kernel runs (:mod:`pyg_dist.sampler.checks`): a kernel
+never reads or writes outside its arrays, whatever the CSC or the seeds hold.
 
 Random numbers come from a SplitMix64 stream seeded per call, so results are
 reproducible for a given ``rng_seed`` whatever thread runs the kernel.
@@ -32,6 +37,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from torch import Tensor
+
+from pyg_dist.sampler.checks import check_csc, check_sample_args
 
 _JIT = dict(cache=True, nogil=True)
 _FLOYD_MAX = 64  # above this fan-out, partial Fisher-Yates (O(degree)) beats O(k^2) Floyd
@@ -268,6 +275,46 @@ def _filtered_fill(indptr, seeds, fanout, replace, seed, times, seed_time, weigh
 
 
 @numba.njit(**_JIT)
+def _above(keys, a, b) -> bool:
+    """Whether position ``a`` ranks above ``b``: a larger key, or the same key later."""
+    return keys[a] > keys[b] or (keys[a] == keys[b] and a > b)
+
+
+@numba.njit(**_JIT)
+def _sift_down(keys, heap, i, n) -> None:
+    """Restores the min-heap (by :func:`_above`) ``heap[:n]`` below slot ``i``."""
+    while True:
+        low, left, right = i, 2 * i + 1, 2 * i + 2
+        if left < n and _above(keys, heap[low], heap[left]):
+            low = left
+        if right < n and _above(keys, heap[low], heap[right]):
+            low = right
+        if low == i:
+            return
+        heap[i], heap[low] = heap[low], heap[i]
+        i = low
+
+
+@numba.njit(**_JIT)
+def _top_k(keys, k):
+    """Positions of the ``k`` highest-ranked ``keys`` (ties: later positions rank
+    higher), lowest first: O(len(keys) log k), a bounded heap instead of a full sort."""
+    heap = np.arange(k)
+    for i in range(k // 2 - 1, -1, -1):
+        _sift_down(keys, heap, i, k)
+    for j in range(k, keys.shape[0]):
+        if k > 0 and _above(keys, j, heap[0]):
+            heap[0] = j
+            _sift_down(keys, heap, 0, k)
+    out = np.empty(k, dtype=np.int64)
+    for n in range(k, 0, -1):  # pop the lowest-ranked first
+        out[k - n] = heap[0]
+        heap[0] = heap[n - 1]
+        _sift_down(keys, heap, 0, n - 1)
+    return out
+
+
+@numba.njit(**_JIT)
 def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
     """Draws among the eligible positions ``cand``; returns them and the stream state."""
     m = cand.shape[0]
@@ -276,9 +323,11 @@ def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
     if fanout < 0 or (not replace and m <= fanout):
         return cand.copy(), st
     k = fanout
-    if last:  # the k most recent eligible edges
-        order = np.argsort(times[cand], kind="mergesort")
-        return cand[order[m - k:]].copy(), st
+    if last:  # pyg-lib: the min(k, m) most recent; with replacement, k draws among them
+        cand = cand[_top_k(times[cand], min(k, m))]
+        m = cand.shape[0]
+        if not replace:
+            return cand, st
     out = np.empty(k, dtype=np.int64)
     if use_weight and replace:
         cdf = np.cumsum(weights[cand])
@@ -291,8 +340,7 @@ def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
         for j in range(m):
             st += _GOLDEN
             keys[j] = np.log(max(_unit(_mix(st)), 1e-300)) / weights[cand[j]]
-        order = np.argsort(-keys)
-        out[:] = cand[order[:k]]
+        out[:] = cand[_top_k(keys, k)]
     elif replace:
         for j in range(k):
             st += _GOLDEN
@@ -318,8 +366,9 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
     """Samples in-neighbours of local destination rows ``seeds``.
 
     Args:
-        indptr (Tensor): CSC row pointer over local destination rows.
-        indices (Tensor): global source id of every stored edge.
+        indptr (Tensor): CSC row pointer over local destination rows (int64; checked
+            once per tensor, and again only after it is modified in place).
+        indices (Tensor): global source id of every stored edge (int64 or int32).
         seeds (Tensor): local rows to sample for (repeats allowed: disjoint mode).
         fanout (int): neighbours per seed; ``-1`` takes all.
         replace (bool): draw with replacement.
@@ -333,40 +382,20 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
         ``(counts, nbrs, pos)``: neighbours drawn per seed, their global ids, and
         the CSC positions of the drawn edges (grouped by seed, in seed order).
     """
-    rows = indptr.numel() - 1
-    _check(rows, indices.numel(), seeds, fanout, weights, edge_time, seed_time,
-           temporal_strategy)
+    check_csc(indptr, indices)
+    check_sample_args(indptr.numel() - 1, indices.numel(), seeds, fanout, weights, edge_time,
+                      seed_time, temporal_strategy)
     ip, sd = _np(indptr, np.int64), _np(seeds, np.int64)
-    seed = int(rng_seed) & 0xFFFFFFFFFFFFFFFF
+    seed = np.uint64(int(rng_seed) & 0xFFFFFFFFFFFFFFFF)  # one kernel signature for any seed
     if weights is None and edge_time is None:
-        idx = _np(indices, _NP_INT.get(indices.dtype, np.int64))
+        idx = _np(indices, _NP_INT[indices.dtype])
         counts, nbrs, pos = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed)
         return torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos)
     use_time, use_weight = edge_time is not None, weights is not None
-    times = _np(edge_time, np.int64) if use_time else np.empty(0, np.int64)
-    st = _np(seed_time, np.int64) if use_time else np.empty(0, np.int64)
-    w = _np(weights, np.float64) if use_weight else np.empty(0, np.float64)
+    times = _np(edge_time.reshape(-1), np.int64) if use_time else np.empty(0, np.int64)
+    st = _np(seed_time.reshape(-1), np.int64) if use_time else np.empty(0, np.int64)
+    w = _np(weights.reshape(-1), np.float64) if use_weight else np.empty(0, np.float64)
     counts, pos = _filtered_fill(ip, sd, int(fanout), bool(replace), seed, times, st, w,
                                  use_time, use_weight, use_time and temporal_strategy == "last")
     pos_t = torch.from_numpy(pos)
     return torch.from_numpy(counts), indices[pos_t], pos_t
-
-
-def _check(rows: int, num_edges: int, seeds: Tensor, fanout: int, weights: Optional[Tensor],
-           edge_time: Optional[Tensor], seed_time: Optional[Tensor], strategy: str) -> None:
-    if seeds.dim() != 1:
-        raise ValueError(f"seeds must be a 1-D tensor, got shape {tuple(seeds.shape)}")
-    if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= rows):
-        raise ValueError(f"seed rows must lie in [0, {rows}), got "
-                         f"[{int(seeds.min())}, {int(seeds.max())}]")
-    if int(fanout) < -1:
-        raise ValueError(f"fanout must be -1 (all) or >= 0, got {fanout}")
-    for name, t in (("weights", weights), ("edge_time", edge_time)):
-        if t is not None and t.numel() != num_edges:
-            raise ValueError(f"{name} has {t.numel()} values for {num_edges} edges")
-    if (edge_time is None) != (seed_time is None):
-        raise ValueError("temporal sampling needs both edge_time and seed_time")
-    if seed_time is not None and seed_time.numel() != seeds.numel():
-        raise ValueError(f"seed_time has {seed_time.numel()} values for {seeds.numel()} seeds")
-    if strategy not in ("uniform", "last"):
-        raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got {strategy!r}")

@@ -34,7 +34,12 @@ class LocalSampler:
         self._lock = threading.Lock()
 
     def hop(self, request: HopRequest) -> HopResponse:
-        """Runs one hop for every edge type of the request."""
+        """Runs one hop for every edge type of the request (from a peer: checked)."""
+        n = len(request.edge_types)
+        if not len(request.seeds) == len(request.fanouts) == len(request.seed_time) == n:
+            raise ValueError(f"malformed hop request: {n} edge types, {len(request.seeds)} "
+                             f"seed lists, {len(request.fanouts)} fan-outs and "
+                             f"{len(request.seed_time)} seed time lists")
         counts, nbrs, eids = [], [], []
         for i, edge_type in enumerate(request.edge_types):
             c, n, e = self.sample(edge_type, request.seeds[i], request.fanouts[i],

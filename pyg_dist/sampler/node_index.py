@@ -75,7 +75,21 @@ def _lookup(table, shift, keys, out):
             s = (s + 1) & mask
 
 
+_INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 def _as_keys(keys: Tensor) -> np.ndarray:
+    """Keys as a contiguous int64 array (the one type the kernels are compiled for).
+
+    Any int64 key is safe in the kernels: a probe stays inside the table whatever the
+    key, so :meth:`NodeIndex.lookup` needs no range check; :meth:`NodeIndex.insert`
+    refuses negative keys (``-1`` marks an empty slot).
+    """
+    keys = torch.as_tensor(keys)
+    if keys.dtype not in _INT_DTYPES:
+        raise TypeError(f"NodeIndex keys must be an integer tensor, got {keys.dtype}")
+    if keys.dim() != 1:
+        raise ValueError(f"NodeIndex keys must be 1-D, got shape {tuple(keys.shape)}")
     return keys.detach().contiguous().numpy().astype(np.int64, copy=False)
 
 

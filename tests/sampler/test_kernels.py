@@ -131,3 +131,116 @@ def test_node_index_dedupes_in_first_appearance_order_and_grows():
     assert index.lookup(torch.tensor([next(iter(seen)), 10**12])).tolist() == [0, -1]
     with pytest.raises(ValueError, match="non-negative"):
         index.insert(torch.tensor([-1]))
+
+
+# ---- temporal "last" with replacement (pyg-lib semantics) ------------------------------
+def _one_row(times):
+    indices = torch.arange(100, 100 + len(times))
+    return torch.tensor([0, len(times)]), indices, torch.tensor(times)
+
+
+def test_temporal_last_with_replacement_draws_among_the_most_recent():
+    """pyg-lib's "last": the window is the min(k, m) most recent eligible edges; with
+    replacement it then draws k times from that window (without: takes the window)."""
+    indptr, indices, times = _one_row([5, 1, 9, 3, 7, 20, 30])  # 20 and 30 are too new
+    seed, seed_time = torch.tensor([0, 0]), torch.tensor([10, 4])  # m = 5 and m = 2
+    for k in (3, 8):
+        counts, _, pos = sample_one_hop(indptr, indices, seed, k, True, 5, edge_time=times,
+                                        seed_time=seed_time, temporal_strategy="last")
+        assert counts.tolist() == [k, k]
+        first, second = pos.split(counts.tolist())
+        window = {0: [2, 4, 0, 3, 1][:min(k, 5)], 1: [3, 1]}  # most recent eligible first
+        assert set(first.tolist()) <= set(window[0])
+        assert set(second.tolist()) <= set(window[1])
+        counts, _, pos = sample_one_hop(indptr, indices, seed, k, False, 5, edge_time=times,
+                                        seed_time=seed_time, temporal_strategy="last")
+        assert counts.tolist() == [min(k, 5), 2]
+        first, second = pos.split(counts.tolist())
+        assert sorted(first.tolist()) == sorted(window[0]) and sorted(second.tolist()) == [1, 3]
+
+
+def test_temporal_last_with_replacement_covers_the_window():
+    indptr, indices, times = _one_row([1, 2, 3])
+    counts, _, pos = sample_one_hop(indptr, indices, torch.zeros(200, dtype=torch.long), 5,
+                                    True, 0, edge_time=times,
+                                    seed_time=torch.full((200,), 10), temporal_strategy="last")
+    assert counts.tolist() == [5] * 200 and sorted(set(pos.tolist())) == [0, 1, 2]
+
+
+# ---- inconsistent CSC arrays are rejected before any kernel runs ------------------------
+BAD_CSC = {
+    "row pointer jumps past the edges": (torch.tensor([0, 10**9, 10]), "non-decreasing"),
+    "last pointer past the edges": (torch.tensor([0, 3, 10**8]), r"indptr\[-1\]"),
+    "pointer decreases": (torch.tensor([0, 8, 2, 10]), "non-decreasing"),
+    "first pointer not 0": (torch.tensor([-(10**9), 5, 10]), r"indptr\[0\]"),
+    "int32 row pointer": (torch.tensor([0, 5, 10], dtype=torch.int32), "int64"),
+    "2-D row pointer": (torch.tensor([[0, 5, 10]]), "1-D"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CSC))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_inconsistent_csc_is_rejected(case, weighted):
+    indptr, match = BAD_CSC[case]
+    indices = torch.arange(10)
+    seeds = torch.tensor([0, 1]) if indptr.dim() == 1 else torch.tensor([0])
+    weights = torch.ones(10) if weighted else None
+    with pytest.raises(ValueError, match=match):
+        sample_one_hop(indptr, indices, seeds, 5, False, 0, weights=weights)
+
+
+def test_bad_indices_seeds_and_edge_arrays_are_rejected():
+    indptr = torch.tensor([0, 5, 10])
+    cases = [
+        (dict(indices=torch.arange(10).view(2, 5)), "indices must be a 1-D"),
+        (dict(indices=torch.arange(10).float()), "indices must be a 1-D"),
+        (dict(seeds=torch.tensor([0.0, 1.0])), "seeds must be a 1-D integer"),
+        (dict(seeds=torch.tensor([-1])), r"seed rows must lie in \[0, 2\)"),
+        (dict(seeds=torch.tensor([2**40])), r"seed rows must lie in \[0, 2\)"),
+        (dict(edge_time=torch.zeros(9, dtype=torch.long), seed_time=torch.zeros(2)),
+         "edge_time has 9 values"),
+        (dict(edge_time=torch.zeros(10, dtype=torch.long), seed_time=torch.zeros(3)),
+         "seed_time has 3 values"),
+        (dict(weights=torch.ones(11)), "weights has 11 values"),
+    ]
+    for change, match in cases:
+        args = dict(indices=torch.arange(10), seeds=torch.tensor([0, 1]))
+        args.update(change)
+        with pytest.raises(ValueError, match=match):
+            sample_one_hop(indptr, args.pop("indices"), args.pop("seeds"), 3, False, 0, **args)
+
+
+def test_csc_check_is_remembered_until_the_arrays_change():
+    from pyg_dist.sampler import checks
+
+    indptr, indices = _csc()
+    sample_one_hop(indptr, indices, torch.arange(3), 2, False, 0)
+    assert checks.csc_checked(indptr, indices)
+    indptr[5] = indptr[4] - 1  # in place: checked again, and refused
+    assert not checks.csc_checked(indptr, indices)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        sample_one_hop(indptr, indices, torch.arange(3), 2, False, 0)
+
+
+def test_any_rng_seed_works_and_compiles_one_signature():
+    from pyg_dist.sampler.kernels import _uniform_sample
+
+    indptr, indices = _csc()
+    runs = [sample_one_hop(indptr, indices, torch.arange(50), 3, False, s)[2]
+            for s in (7, -1, 2**64 - 1, 2**63 + 5)]
+    assert torch.equal(runs[1], runs[2])  # the seed is taken modulo 2^64
+    assert len({str(s[5]) for s in _uniform_sample.signatures}) == 1  # always uint64
+
+
+def test_top_k_ranks_like_a_stable_sort():
+    """The bounded-heap selection behind temporal "last" and weighted draws: the k
+    highest keys, ties to the later position, lowest first (as a stable sort's tail)."""
+    from pyg_dist.sampler.kernels import _top_k
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        m = int(rng.integers(0, 40))
+        k = int(rng.integers(0, m + 1))
+        for keys in (rng.integers(0, 5, m), rng.random(m)):
+            want = np.argsort(keys, kind="stable")[m - k:]
+            assert _top_k(keys, k).tolist() == want.tolist()
