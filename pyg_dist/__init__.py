@@ -7,7 +7,8 @@ train with :class:`DistNeighborLoader` under ``torchrun``.
 from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
 from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
 from pyg_dist.partition import PartitionFormatError, PartitionMeta, Partitioner, RangeBook
-from pyg_dist.rpc import DistContext, shutdown_rpc
+from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
+                          init_process_group, shutdown_rpc)
 from pyg_dist.sampler import DistNeighborSampler, init_rpc
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
@@ -16,7 +17,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook",
     "LocalGraphStore", "LocalFeatureStore",
-    "DistContext", "init_rpc", "shutdown_rpc",
+    "DistContext", "init_process_group", "init_rpc", "shutdown_rpc",
+    "DisagreementError", "PeerFailedError", "RpcPeerError",
     "DistNeighborSampler", "DistNeighborLoader", "DistLinkNeighborLoader",
     "node_split", "edge_split",
     "DistTensor", "DistEmbedding", "SparseAdagrad", "SparseAdam",

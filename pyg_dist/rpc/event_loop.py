@@ -10,7 +10,7 @@ import atexit
 import concurrent.futures
 import threading
 import weakref
-from typing import Any, Awaitable, Callable, Optional, TypeVar
+from typing import Any, Awaitable, Callable, List, Optional, TypeVar
 
 import torch
 
@@ -27,27 +27,45 @@ def _settle(target: "asyncio.Future[Any]", value: Any, error: Optional[BaseExcep
 
 
 def wrap_future(fut: torch.futures.Future, loop: asyncio.AbstractEventLoop,
-                on_error: Optional[Callable[[BaseException], BaseException]] = None
-                ) -> "asyncio.Future[Any]":
+                on_error: Optional[Callable[[BaseException], BaseException]] = None,
+                convert: Optional[Callable[[Any], Any]] = None) -> "asyncio.Future[Any]":
     """Returns an asyncio future (of ``loop``) completed when the torch future is.
 
     Args:
         fut: the torch future (e.g. from ``rpc_async``).
         loop: the event loop the returned future belongs to.
-        on_error: maps an exception to the one raised to the waiter (e.g. to name
-            the peer that failed).
+        on_error: maps the torch future's exception to the one raised to the waiter
+            (e.g. to name the peer that failed).
+        convert: maps the value to the result (may raise: the waiter gets that error).
     """
     target = loop.create_future()
 
     def done(f: torch.futures.Future) -> None:
+        value, error = None, None
         try:
-            value, error = f.value(), None
+            value = f.value()
         except BaseException as exc:  # delivered to the waiter, never dropped
-            value, error = None, (on_error(exc) if on_error else exc)
+            error = on_error(exc) if on_error else exc
+        if error is None and convert is not None:
+            try:
+                value = convert(value)
+            except BaseException as exc:  # delivered to the waiter, never dropped
+                error = exc
         loop.call_soon_threadsafe(_settle, target, value, error)
 
     fut.add_done_callback(done)
     return target
+
+
+async def gather_all(*futures: Awaitable[Any]) -> List[Any]:
+    """Awaits every future and returns their results in order; if any failed, raises the
+    first failure only after all have finished, so no exception is left unretrieved
+    (and no request is still writing into buffers the caller is about to drop)."""
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)
 
 
 _LOOPS: "weakref.WeakSet[EventLoopThread]" = weakref.WeakSet()

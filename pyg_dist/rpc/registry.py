@@ -4,14 +4,54 @@ The function sent over the wire is always :func:`dispatch`, referenced by module
 path; it looks the callee up by name in the receiving process. Every module that
 defines callees is imported by ``pyg_dist/__init__.py``, so importing this module
 on the receiving side registers them all.
+
+An exception raised by a callee comes back as a :class:`RemoteFailure` *value*, so
+the caller can tell "the callee raised ``KeyError``" (re-raised with its type, the
+peer named, and the remote traceback) from "the peer died, timed out or is
+unreachable" (a transport error).
 """
 from __future__ import annotations
 
+import builtins
+import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _CALLEES: Dict[str, Callable[..., Any]] = {}
+
+
+class RpcRemoteError(RuntimeError):
+    """A callee raised an exception of a type that is not re-created on the caller."""
+
+
+@dataclass
+class RemoteFailure:
+    """An exception raised by a callee, as plain data.
+
+    Args:
+        kind: the exception's class name.
+        message: ``str(exception)``.
+        trace: the remote traceback.
+    """
+    kind: str
+    message: str
+    trace: str
+
+    def to_exception(self, where: str) -> BaseException:
+        """The exception to raise on the caller: the same builtin type when it is one
+        (``KeyError``, ``ValueError``, ...), else :class:`RpcRemoteError`."""
+        text = (f"{where} raised {self.kind}: {self.message}\n"
+                f"--- remote traceback ---\n{self.trace.rstrip()}")
+        cls = getattr(builtins, self.kind, None)
+        if isinstance(cls, type) and issubclass(cls, Exception) and cls not in (
+                SystemExit, KeyboardInterrupt):
+            try:
+                return cls(text)
+            except TypeError:  # a constructor that takes other arguments
+                pass
+        return RpcRemoteError(text)
 
 
 def callee(name: str) -> Callable[[F], F]:
@@ -32,8 +72,17 @@ def lookup(name: str) -> Callable[..., Any]:
     return fn
 
 
-def dispatch(name: str, *args: Any) -> Any:
-    """Runs the callee ``name`` with ``args`` (executed on the receiving worker)."""
+def run_local(name: str, *args: Any) -> Any:
+    """Runs the callee ``name`` in this process (its exceptions propagate as they are)."""
     import pyg_dist  # noqa: F401  (registers every callee of the package)
 
     return lookup(name)(*args)
+
+
+def dispatch(name: str, *args: Any) -> Any:
+    """Runs the callee ``name`` with ``args`` (executed on the receiving worker); an
+    exception is returned as a :class:`RemoteFailure`."""
+    try:
+        return run_local(name, *args)
+    except Exception as exc:  # travels back as data; the caller raises it
+        return RemoteFailure(type(exc).__name__, str(exc), traceback.format_exc())

@@ -5,12 +5,21 @@ RPC meets through the store torchrun already runs at ``MASTER_ADDR:MASTER_PORT``
 worker processes form groups of their own over the same store.
 
 One process belongs to at most one RPC group at a time (a torch limitation): the
-trainers' group, or one sampler-worker group.
+trainers' group, or one sampler-worker group. Group names are never taken from a
+per-process counter: the trainers' group is numbered through the store (every rank
+reads the same number), worker groups are named after their trainers' group and the
+loader number every rank agreed on.
+
+Every wait is bounded by the job's timeout (``DistContext.rpc_timeout``): RPCs, and
+pyg_dist's own collectives, which run on a gloo group of their own created with that
+timeout. Errors about a peer name it, and add what the health watchdog knows of it
+(:mod:`pyg_dist.rpc.health`).
 """
 from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,9 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from pyg_dist.rpc import health, network
+from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
-from pyg_dist.rpc.registry import dispatch
+from pyg_dist.rpc.registry import RemoteFailure, dispatch, run_local
 
 _SCHEME = "pygdist"
 _LOCK = threading.Lock()
@@ -72,9 +83,11 @@ class RpcGroup:
 
     Args:
         ctx (DistContext): job context of this process.
-        name (str): group name (``trainers`` or a sampler worker group).
+        name (str): group name (``trainers<n>`` or a sampler worker group).
         num_parts (int): partitions of the graph being served.
         loop (EventLoopThread): the loop awaiting this group's futures.
+        served (dict): the objects this process serves to its peers, by name.
+        cpu_group: the gloo group of pyg_dist's collectives (trainers only).
     """
     ctx: DistContext
     name: str
@@ -82,6 +95,7 @@ class RpcGroup:
     loop: EventLoopThread
     served: Dict[str, Any] = field(default_factory=dict)
     cpu_group: Optional[Any] = None
+    loaders: int = 0  # loaders built collectively in this group (their agreed number)
     _cursor: Dict[int, Iterator[int]] = field(default_factory=dict)
 
     @property
@@ -116,19 +130,21 @@ class RpcGroup:
     def call_async(self, rank: int, callee: str, *args: Any) -> "Any":
         """Calls ``callee(*args)`` on ``rank``; returns an asyncio future of the loop.
 
-        Errors reach the waiter naming the peer; a callee's own exception keeps its
-        type and message.
+        A callee's own exception keeps its type (builtin types) and message, with the
+        peer named; a dead, silent or unreachable peer gives :class:`RpcPeerError`.
         """
         if rank == self.rank:
             fut: torch.futures.Future = torch.futures.Future()
             try:
-                fut.set_result(dispatch(callee, *args))
+                fut.set_result(run_local(callee, *args))
             except Exception as exc:  # delivered through the future
                 fut.set_exception(exc)
-        else:
-            fut = rpc.rpc_async(self.worker_name(rank), dispatch, args=(callee, *args),
-                                timeout=self.ctx.rpc_timeout)
-        return wrap_future(fut, self.loop.loop, lambda e: _name_peer(e, self, rank, callee))
+            return wrap_future(fut, self.loop.loop)
+        fut = rpc.rpc_async(self.worker_name(rank), dispatch, args=(callee, *args),
+                            timeout=self.ctx.rpc_timeout)
+        where = f"pyg_dist RPC '{callee}' on {self.describe(rank)}"
+        return wrap_future(fut, self.loop.loop, lambda e: _peer_error(e, self, rank, where),
+                           lambda value: _unwrap(value, where))
 
     def call(self, rank: int, callee: str, *args: Any) -> Any:
         """Blocking form of :meth:`call_async` (do not use from the loop thread)."""
@@ -136,68 +152,134 @@ class RpcGroup:
             return await self.call_async(rank, callee, *args)
         return self.loop.run(_await(), timeout=self.ctx.rpc_timeout + 5)
 
+    def agree(self, what: str, must_match: Dict[str, Any],
+              info: Optional[Dict[str, Any]] = None,
+              error: Optional[BaseException] = None) -> list:
+        """:func:`pyg_dist.rpc.agreement.agree` over this group's trainers."""
+        return agree(what, must_match, self.world_size, self.cpu_group, info, error)
 
-_PASSTHROUGH = (ValueError, KeyError, TypeError, IndexError, NotImplementedError)
+
+def _unwrap(value: Any, where: str) -> Any:
+    if isinstance(value, RemoteFailure):
+        raise value.to_exception(where)
+    return value
 
 
-def _name_peer(exc: BaseException, group: RpcGroup, rank: int, callee: str) -> BaseException:
-    where = f"pyg_dist RPC '{callee}' on {group.describe(rank)}"
-    if isinstance(exc, _PASSTHROUGH):
-        try:
-            named = type(exc)(f"{where} raised: {exc}")
-            named.__cause__ = exc
-            return named
-        except TypeError:
-            pass
-    named = RpcPeerError(f"{where} failed (the peer died, timed out after "
-                         f"{group.ctx.rpc_timeout:.0f}s, or is unreachable): {exc}")
+def _peer_error(exc: BaseException, group: RpcGroup, rank: int, where: str) -> BaseException:
+    message = (f"{where} failed (the peer died, timed out after {group.ctx.rpc_timeout:.0f}s, "
+               f"or is unreachable): {exc}")
+    named = RpcPeerError(health.with_diagnosis(message, [rank]))
     named.__cause__ = exc
     return named
 
 
 _GROUP: Optional[RpcGroup] = None
-_INITS = itertools.count()
+
+
+def init_process_group(backend: Optional[str] = None, ctx: Optional[DistContext] = None,
+                       **kwargs: Any) -> DistContext:
+    """``torch.distributed.init_process_group`` with pyg_dist's guarantees.
+
+    Collectives (DDP's gradient all-reduce included) time out after the job's timeout
+    (``ctx.rpc_timeout``, ``PYG_DIST_RPC_TIMEOUT``) instead of torch's 30 minutes; a
+    stalled or failed rank is named by the health watchdog; listeners use the
+    interface that reaches ``MASTER_ADDR``. Outside ``torchrun`` (one plain process)
+    a one-rank group is created in memory.
+
+    Args:
+        backend (str, optional): ``"gloo"`` (default) or ``"nccl"``.
+        ctx (DistContext, optional): this process (default: from torchrun's env).
+        **kwargs: passed on to ``torch.distributed.init_process_group``.
+
+    Returns:
+        the context used.
+    """
+    ctx = ctx or DistContext.from_env()
+    if not dist.is_initialized():
+        kwargs.setdefault("timeout", timedelta(seconds=ctx.rpc_timeout))
+        network.choose_interfaces(ctx.master_addr)
+        if ctx.is_distributed or "MASTER_PORT" in os.environ:
+            dist.init_process_group(backend or "gloo", init_method="env://", rank=ctx.rank,
+                                    world_size=ctx.world_size, **kwargs)
+        else:
+            dist.init_process_group(backend or "gloo", store=dist.HashStore(), rank=0,
+                                    world_size=1, **kwargs)
+    health.start(ctx)
+    return ctx
 
 
 def init_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] = None,
-             group: str = "trainers") -> RpcGroup:
+             group: str = "trainers", must_match: Optional[Dict[str, Any]] = None,
+             error: Optional[BaseException] = None) -> RpcGroup:
     """Joins (collectively) the RPC group ``group`` of ``ctx.world_size`` processes.
 
     Every rank must call it. With ``world_size == 1`` no RPC agent is started: all
     calls run in-process. ``served`` are the objects this process serves to peers
-    (e.g. ``{"graph": graph_store, "feature": feature_store}``).
+    (e.g. ``{"graph": graph_store, "feature": feature_store}``). For the trainers'
+    group, ``must_match`` (e.g. the partitioning's identity) is compared across
+    ranks before anyone joins, and a rank's own ``error`` is raised on every rank.
+
+    Raises:
+        DisagreementError: on every rank, when ranks disagree on ``must_match``.
     """
     global _GROUP
     with _LOCK:
         if _GROUP is not None:
             raise RuntimeError(f"this process already joined RPC group '{_GROUP.name}'; "
                                f"call shutdown_rpc() first")
+    trainers = group == "trainers"
+    cpu_group = None
+    try:
         ctx.partition_id(num_parts)  # validates world_size vs num_parts
-        name = f"{group}{next(_INITS)}"
+    except ValueError as exc:
+        error = error or exc
+    if ctx.is_distributed and trainers:
+        cpu_group = ensure_process_group(ctx)
+        agree(f"joining pyg_dist RPC ({group})", {"num_parts": num_parts,
+                                                  **(must_match or {})},
+              ctx.world_size, cpu_group, error=error)
+    elif error is not None:
+        raise error
+    name = f"{group}{_generation(ctx, group)}" if trainers else group
+    with _LOCK:
         state = RpcGroup(ctx, name, num_parts, EventLoopThread(f"pyg_dist-{name}"),
-                         dict(served or {}))
+                         dict(served or {}), cpu_group)
         _GROUP = state
     if ctx.is_distributed:
-        _join(state, collectives=(group == "trainers"))
+        _join(state, trainers)
     return state
 
 
-def ensure_process_group(ctx: DistContext) -> Optional[Any]:
-    """Initialises the default process group (gloo) if user code did not, and returns a
-    gloo group for pyg_dist's CPU collectives (``None`` = the default group)."""
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://", rank=ctx.rank,
-                                world_size=ctx.world_size,
-                                timeout=timedelta(seconds=max(ctx.rpc_timeout, 60)))
-    if dist.get_backend() == "gloo":
-        return None
-    return dist.new_group(backend="gloo")
+def _generation(ctx: DistContext, group: str) -> int:
+    """How many times this job formed ``group`` before (the same on every rank: the
+    k-th join of every rank draws from [k * world_size, (k + 1) * world_size))."""
+    if not ctx.is_distributed:
+        return 0
+    count = _base_store(ctx).add(f"pyg_dist/generations/{group}", 1)
+    return (int(count) - 1) // ctx.world_size
 
 
-def _join(state: RpcGroup, collectives: bool) -> None:
+_CPU_GROUP: Dict[str, Any] = {}
+
+
+def ensure_process_group(ctx: DistContext) -> Any:
+    """Initialises the default process group if user code did not (see
+    :func:`init_process_group`), and returns the gloo group of pyg_dist's collectives,
+    created once per default group with the job's timeout whatever the default
+    group's is (a collective the first time)."""
+    init_process_group("gloo", ctx)
+    default = dist.distributed_c10d._get_default_group()
+    if _CPU_GROUP.get("default") is not default:  # a new default group: a new own group
+        _CPU_GROUP.update(default=default, group=dist.new_group(
+            backend="gloo", timeout=timedelta(seconds=ctx.rpc_timeout)))
+    return _CPU_GROUP["group"]
+
+
+def _join(state: RpcGroup, trainers: bool) -> None:
     _register_hooks()
-    if collectives:
-        state.cpu_group = ensure_process_group(state.ctx)
+    network.choose_interfaces(state.ctx.master_addr)
+    if trainers:  # sampler workers share their trainer's rank: never its heartbeat
+        health.start(state.ctx)
     _PENDING[state.name] = state.ctx
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=f"{_SCHEME}://{state.name}", rpc_timeout=state.ctx.rpc_timeout,
@@ -255,6 +337,5 @@ def shutdown_rpc(graceful: bool = True) -> None:
 
 
 def _at_exit() -> None:
-    if _GROUP is not None:
-        shutdown_rpc(graceful=True)
-
+    if _GROUP is not None:  # leaving on an uncaught error: do not wait on the peers
+        shutdown_rpc(graceful=not health.failing())

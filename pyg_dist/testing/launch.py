@@ -56,7 +56,10 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
     faulthandler.dump_traceback_later(max(timeout - 5, 1), exit=False)
     try:
         value = fn(*args)
-    except BaseException:
+    except BaseException as exc:
+        from pyg_dist.rpc import health
+
+        health.report_failure(exc)  # peers waiting on this rank name it
         results.put(_Outcome(rank, False, error=traceback.format_exc()))
         results.close()
         results.join_thread()  # flush before the hard exit below
@@ -101,6 +104,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
         procs.append(proc)
     try:
         outcomes = _collect(procs, results, timeout, set(may_die))
+        _check_exits(procs, deadline=time.monotonic() + 30, may_die=set(may_die))
     finally:
         for proc in procs:
             if proc.is_alive():
@@ -144,6 +148,23 @@ def _collect(procs: List[Any], results: "mp.Queue[_Outcome]", timeout: float,
                          f"{'the timeout' if failed_at is None else 'another rank failed'}; killed")
         raise RanksFailed("\n".join(lines))
     return outcomes
+
+
+def _check_exits(procs: List[Any], deadline: float, may_die: set) -> None:
+    """Every rank that reported a result must then exit with code 0: a crash while
+    shutting down (or a hang) fails the run like any other error."""
+    bad = []
+    for rank, proc in enumerate(procs):
+        proc.join(max(deadline - time.monotonic(), 0.1))
+        if rank in may_die:
+            continue
+        if proc.exitcode is None:
+            bad.append(f"--- rank {rank} returned its result but did not exit; killed")
+        elif proc.exitcode != 0:
+            bad.append(f"--- rank {rank} returned its result, then exited with code "
+                       f"{proc.exitcode}")
+    if bad:
+        raise RanksFailed("\n".join(bad))
 
 
 def _drained(results: "mp.Queue[_Outcome]", outcomes: Dict[int, _Outcome]) -> bool:
