@@ -4,59 +4,83 @@ It shards nothing itself (seeds are given per rank, e.g. by ``node_split``); it
 orders them per epoch, makes every rank yield the same number of batches, keeps a
 bounded number of batches in flight (in-process on the asyncio loop, or in sampler
 worker processes), and hands ``Data``/``HeteroData`` batches to the trainer.
+
+Building a loader is collective: every rank enters one exchange of what must match
+(the partitioning, sampling options, worker count, the loader's number) and of its
+own batch count and errors, *before* anyone joins RPC or starts workers. A mismatch,
+a rank without seeds, or a bad argument on one rank raises on every rank, naming the
+rank and the field.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures
 import itertools
+from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
-from pyg_dist.loader.workers import WorkerPool, WorkerSpec, check_equal_workers
+from pyg_dist.loader.workers import WorkerPool, WorkerSpec
+from pyg_dist.rpc import runtime
+from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
-from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler.serving import partitioning
 from pyg_dist.sampler.types import NumNeighbors
-from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.store import LocalGraphStore
 from pyg_dist.typing import EdgeType, NodeType
 
-_LOADER_IDS = itertools.count()
+_LOCAL_ERRORS = (ValueError, TypeError, KeyError, IndexError, NotImplementedError)
+
+
+@dataclass(frozen=True)
+class LoaderSeeds:
+    """What a subclass resolved from its seed arguments.
+
+    Args:
+        kind: ``"node"`` or ``"link"``.
+        input_type: node type (node batches) or edge type (link batches) of the seeds.
+        num_seeds: seeds this rank holds.
+        neg_sampling: negative sampling of link batches.
+    """
+    kind: str
+    input_type: Optional[Union[NodeType, EdgeType]]
+    num_seeds: int
+    neg_sampling: Optional[NegativeSampling] = None
 
 
 class DistLoader:
     """Base of :class:`DistNeighborLoader` and :class:`DistLinkNeighborLoader`; holds the
     options both share (keyword-only; unknown names raise ``TypeError``).
 
-    Subclasses resolve their seeds, then call this with ``num_neighbors``, the batch
-    ``kind`` (``"node"``/``"link"``), the seeds' ``input_type``, ``num_seeds`` and
-    (links) ``neg_sampling``, and provide ``_inputs(positions)``: the sampler input of
-    one batch.
+    Subclasses keep their seed arguments, then call this; they provide
+    ``_resolve(graph)`` (their :class:`LoaderSeeds`, raising on bad input) and
+    ``_inputs(positions)`` (the sampler input of one batch).
 
     Args:
         batch_size, shuffle, drop_last: as in PyG (shuffle is seeded by ``seed + epoch``).
         current_ctx (DistContext): this process's context (default: from torchrun's env).
-        num_workers (int): sampler processes (``0``: sample in this process).
+        num_workers (int): sampler processes (``0``: sample in this process); the same
+            on every rank.
         concurrency (int): batches in flight (per worker with ``num_workers > 0``).
         device: move batches there (``cuda``: pinned memory, non-blocking copies).
         replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr: see
-            :class:`~pyg_dist.DistNeighborSampler`.
+            :class:`~pyg_dist.DistNeighborSampler` (the same on every rank).
         transform: applied to every batch.
         even_batches (bool): every rank yields the same number of batches (a rank with
-            fewer repeats its own). Needed for DDP training; evaluation may disable it.
+            fewer repeats its own; every rank needs at least one). Needed for DDP
+            training; evaluation may disable it.
         seed (int): base seed of shuffling and sampling.
         pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
     """
 
-    def __init__(self, data: tuple, num_neighbors: NumNeighbors, kind: str,
-                 input_type: Optional[Union[NodeType, EdgeType]], num_seeds: int,
-                 neg_sampling: Optional[NegativeSampling] = None, *, batch_size: int = 1,
+    def __init__(self, data: tuple, num_neighbors: NumNeighbors, *, batch_size: int = 1,
                  shuffle: bool = False, drop_last: bool = False,
                  current_ctx: Optional[DistContext] = None, num_workers: int = 0,
                  concurrency: int = 2, device: Optional[Union[str, torch.device]] = None,
@@ -66,45 +90,69 @@ class DistLoader:
                  transform: Optional[Callable[[Batch], Batch]] = None,
                  even_batches: bool = True, seed: int = 0,
                  pin_memory: Optional[bool] = None) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if num_workers < 0 or concurrency < 1:
-            raise ValueError(f"num_workers must be >= 0 and concurrency >= 1, got "
-                             f"{num_workers} and {concurrency}")
-        spec = ProducerSpec(dict(num_neighbors=num_neighbors, replace=replace,
-                                 subgraph_type=subgraph_type, disjoint=disjoint,
-                                 temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                 weight_attr=weight_attr, seed=seed),
-                            kind, input_type, neg_sampling)
-        self.features: LocalFeatureStore = data[0]
-        self.graph: LocalGraphStore = data[1]
-        self.spec = spec
-        self.sampler = DistNeighborSampler(data, current_ctx=current_ctx, **spec.sampler_kwargs)
-        self.ctx = self.sampler.group.ctx
+        self.features, self.graph = unpack_stores(data)
+        self.ctx = _context(current_ctx)
+        sampling = dict(num_neighbors=num_neighbors, replace=replace,
+                        subgraph_type=subgraph_type, disjoint=disjoint,
+                        temporal_strategy=temporal_strategy, time_attr=time_attr,
+                        weight_attr=weight_attr)
+        error: Optional[BaseException] = None
+        seeds, own, config = LoaderSeeds("node", None, 0), 0, None
+        try:
+            _check_sizes(batch_size, num_workers, concurrency)
+            seeds = self._resolve(self.graph)
+            config = DistNeighborSampler.build_config(self.graph.meta, **sampling)
+            own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
+        except _LOCAL_ERRORS as exc:  # raised on every rank by the agreement
+            error = exc
+        self.spec = ProducerSpec({**sampling, "seed": seed}, seeds.kind, seeds.input_type,
+                                 seeds.neg_sampling)
+        counts = self._agree(seeds, config, num_workers, even_batches, own, error)
+        self.sampler = DistNeighborSampler(data, current_ctx=self.ctx, **self.spec.sampler_kwargs)
+        group = self.sampler.group
+        self.number, group.loaders = group.loaders, group.loaders + 1
         self.batch_size, self.num_workers, self.concurrency = batch_size, num_workers, concurrency
         self.device = torch.device(device) if device is not None else None
         self.pin_memory = pin_memory if pin_memory is not None else (
             self.device is not None and self.device.type == "cuda")
         self.transform = transform
-        self.uid = next(_LOADER_IDS)
-        own = EpochPlan.local_batches(num_seeds, batch_size, drop_last)
-        self.plan = EpochPlan(num_seeds, batch_size, self._even(own) if even_batches else own,
-                              shuffle, drop_last, seed)
+        self.plan = EpochPlan(seeds.num_seeds, batch_size,
+                              max(counts) if even_batches else own, shuffle, drop_last, seed)
         self.epoch = 0
         self._runs = itertools.count()  # tags worker results of each iteration
-        self._producer = BatchProducer(self.sampler, spec)
+        self._producer = BatchProducer(self.sampler, self.spec)
         self._pool: Optional[WorkerPool] = None
         self._iterator: Optional["_Iterator"] = None
-        if num_workers > 0:
-            check_equal_workers(num_workers, self.sampler.group.cpu_group, self.ctx.world_size)
 
-    def _even(self, own: int) -> int:
-        """The number of batches of the rank with the most (a collective)."""
+    def _agree(self, seeds: LoaderSeeds, config: Any, num_workers: int, even_batches: bool,
+               own: int, error: Optional[BaseException]) -> List[int]:
+        """The collective exchange; returns every rank's own batch count."""
+        what = type(self).__name__
         if self.ctx.world_size == 1:
-            return own
-        count = torch.tensor([own])
-        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=self.sampler.group.cpu_group)
-        return int(count)
+            if error is not None:
+                raise error
+            return [own]
+        must_match = {
+            **partitioning(self.graph), "loader number": _loader_number(),
+            "kind": seeds.kind, "input type": seeds.input_type,
+            "sampling options": repr(config), "negative sampling": repr(seeds.neg_sampling),
+            "num_workers": num_workers, "even_batches": even_batches}
+        cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \
+            runtime.ensure_process_group(self.ctx)
+        infos = agree(what, must_match, self.ctx.world_size, cpu_group,
+                      info={"batches": own}, error=error)
+        counts = [int(i["batches"]) for i in infos]
+        empty = [r for r, c in enumerate(counts) if c == 0]
+        if even_batches and empty and max(counts) > 0:
+            raise ValueError(
+                f"{what}: rank(s) {empty} have no seeds for a single batch while other ranks "
+                f"have up to {max(counts)} batches; with even_batches=True every rank needs at "
+                f"least one (e.g. node_split(..., force_even=True), or even_batches=False for "
+                f"evaluation)")
+        return counts
+
+    def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
+        raise NotImplementedError
 
     def _inputs(self, positions: Tensor) -> Any:
         raise NotImplementedError
@@ -148,8 +196,11 @@ class DistLoader:
         return self._pool
 
     def _worker_spec(self, index: int) -> WorkerSpec:
-        return WorkerSpec(self.ctx, f"loader{self.uid}w{index}", self.features, self.graph,
-                          self.spec, self.batch_timeout, index)
+        """Worker ``index`` of every rank forms one RPC group, named after the trainers'
+        group and this loader's agreed number (the same on every rank)."""
+        name = f"{self.sampler.group.name}_loader{self.number}w{index}"
+        return WorkerSpec(self.ctx, name, self.features, self.graph, self.spec,
+                          self.batch_timeout, index)
 
     def close(self) -> None:
         """Stops iteration and sampler workers (they wait for their peers on other ranks)."""
@@ -169,6 +220,24 @@ class DistLoader:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(batches={len(self)}, batch_size={self.batch_size}, "
                 f"num_workers={self.num_workers}, rank={self.ctx.rank})")
+
+
+def _context(ctx: Optional[DistContext]) -> DistContext:
+    if ctx is not None:
+        return ctx
+    return runtime.current().ctx if runtime.is_initialized() else DistContext.from_env()
+
+
+def _loader_number() -> int:
+    """The number the next loader of this process's RPC group gets (0 before joining)."""
+    return runtime.current().loaders if runtime.is_initialized() else 0
+
+
+def _check_sizes(batch_size: int, num_workers: int, concurrency: int) -> None:
+    for name, value, low in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                             ("concurrency", concurrency, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 class _Iterator:

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_dist.loader.base import DistLoader
-from pyg_dist.sampler.neighbor_sampler import unpack_stores
+from pyg_dist.loader.base import DistLoader, LoaderSeeds
+from pyg_dist.loader.node_loader import as_id_tensor
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import EdgeType
@@ -28,25 +28,32 @@ def _negative(neg_sampling: Union[None, str, Dict, NegativeSampling]
                     f"got {type(neg_sampling).__name__}")
 
 
+def _is_edge_type(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 3 and \
+        all(isinstance(v, str) for v in value)
+
+
 def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabelIndex
                              ) -> Tuple[Optional[EdgeType], Tensor]:
-    """``(edge type or None, [2, E] global ids)`` from PyG-style ``edge_label_index``
-    (``None`` or a bare edge type: every edge this partition stores)."""
+    """``(edge type or None, [2, E] global ids)`` from PyG-style ``edge_label_index``:
+    ``[2, E]`` ids (tensor or nested lists), an edge type, ``(edge_type, index)``, or
+    ``None`` (every edge this partition stores)."""
     edge_type: Optional[EdgeType] = None
-    index = edge_label_index
-    if isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 3 \
-            and isinstance(edge_label_index[0], str):
+    index: Any = edge_label_index
+    if _is_edge_type(edge_label_index):
         edge_type, index = tuple(edge_label_index), None  # type: ignore[assignment]
-    elif isinstance(edge_label_index, (tuple, list)):
+    elif isinstance(edge_label_index, tuple) and len(edge_label_index) == 2 and \
+            (edge_label_index[0] is None or _is_edge_type(edge_label_index[0])):
         edge_type, index = edge_label_index
     resolved = graph.meta.edge_type(edge_type)
     if index is None:
         src, dst = graph.csc[resolved].coo()
         index = torch.stack([src, dst])
-    index = torch.as_tensor(index)
-    if index.dim() != 2 or index.size(0) != 2 or index.dtype != torch.long:
-        raise TypeError(f"edge_label_index must be an int64 tensor of shape [2, E], got "
+    index = as_id_tensor(index, "edge_label_index")
+    if index.dim() != 2 or index.size(0) != 2 or index.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"edge_label_index must be an integer tensor of shape [2, E], got "
                         f"{index.dtype} of shape {tuple(index.shape)}")
+    index = index.long()
     graph.node_book(resolved[0]).check(index[0])
     graph.node_book(resolved[2]).check(index[1])
     return (resolved if graph.is_hetero else None), index
@@ -76,19 +83,23 @@ class DistLinkNeighborLoader(DistLoader):
                  edge_label: Optional[Tensor] = None, edge_label_time: Optional[Tensor] = None,
                  neg_sampling: Union[None, str, Dict, NegativeSampling] = None,
                  neg_sampling_ratio: Optional[float] = None, **options: Any) -> None:
-        data = unpack_stores(data)
-        self.input_type, self.edge_label_index = resolve_edge_label_index(data[1],
+        self._args = (edge_label_index, edge_label, edge_label_time, neg_sampling,
+                      neg_sampling_ratio)
+        super().__init__(data, num_neighbors, **options)
+
+    def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
+        edge_label_index, edge_label, edge_label_time, neg_sampling, ratio = self._args
+        self.input_type, self.edge_label_index = resolve_edge_label_index(graph,
                                                                           edge_label_index)
         num = self.edge_label_index.size(1)
         for name, value in (("edge_label", edge_label), ("edge_label_time", edge_label_time)):
             if value is not None and value.size(0) != num:
                 raise ValueError(f"{name} has {value.size(0)} entries for {num} edges")
-        if neg_sampling is None and neg_sampling_ratio is not None:
-            neg_sampling = NegativeSampling("binary", neg_sampling_ratio)
+        if neg_sampling is None and ratio is not None:
+            neg_sampling = NegativeSampling("binary", ratio)
         self.edge_label, self.edge_label_time = edge_label, edge_label_time
-        super().__init__(data, num_neighbors, "link",
-                         self.input_type or data[1].meta.edge_types[0], num,
-                         _negative(neg_sampling), **options)
+        return LoaderSeeds("link", self.input_type or graph.meta.edge_types[0], num,
+                           _negative(neg_sampling))
 
     def _inputs(self, positions: Tensor) -> EdgeSamplerInput:
         pick = lambda t: t[positions] if t is not None else None  # noqa: E731

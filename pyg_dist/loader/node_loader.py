@@ -1,34 +1,36 @@
 """``DistNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
-from pyg_dist.loader.base import DistLoader
-from pyg_dist.sampler.neighbor_sampler import unpack_stores
+from pyg_dist.loader.base import DistLoader, LoaderSeeds
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import NodeType
 
-InputNodes = Union[None, NodeType, Tensor, Tuple[NodeType, Optional[Tensor]]]
+InputNodes = Union[None, NodeType, Tensor, Sequence[int], Tuple[NodeType, Optional[Tensor]]]
 
 
 def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes
                         ) -> Tuple[Optional[NodeType], Tensor]:
-    """``(node type or None, global seed ids)`` from PyG-style ``input_nodes``."""
+    """``(node type or None, global seed ids)`` from PyG-style ``input_nodes``: ids (a
+    tensor, a list of ints or a boolean mask), a node type, ``(node_type, ids)``, or
+    ``None`` (every node this partition owns)."""
     node_type: Optional[NodeType] = None
-    ids = input_nodes
+    ids: Any = input_nodes
     if isinstance(input_nodes, str):
         node_type, ids = input_nodes, None
-    elif isinstance(input_nodes, (tuple, list)):
+    elif isinstance(input_nodes, tuple) and len(input_nodes) == 2 and \
+            isinstance(input_nodes[0], str):
         node_type, ids = input_nodes
     resolved = graph.meta.node_type(node_type)
     if ids is None:
         ids = graph.owned_nodes(resolved)
-    ids = torch.as_tensor(ids)
+    ids = as_id_tensor(ids, "input_nodes")
     if ids.dtype == torch.bool:
         if ids.numel() != graph.meta.num_nodes[resolved]:
             raise ValueError(f"a boolean input_nodes mask needs one entry per node "
@@ -42,18 +44,31 @@ def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes
     return (resolved if graph.is_hetero else None), ids
 
 
+def as_id_tensor(ids: Any, name: str) -> Tensor:
+    """A tensor from a tensor, numpy array or list of ints (never from floats)."""
+    if isinstance(ids, Tensor):
+        return ids
+    try:
+        out = torch.as_tensor(ids)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"{name} must be integer ids (a tensor or list of ints), got "
+                        f"{type(ids).__name__}: {exc}") from None
+    return out.long() if out.numel() == 0 else out
+
+
 class DistNeighborLoader(DistLoader):
     """Node-level minibatches of sampled neighbourhoods, as ``Data``/``HeteroData``.
 
     Accepts what PyG's ``NeighborLoader`` accepts, plus the distributed arguments.
     Seeds are global ids (usually this rank's share from :func:`node_split`); every
     rank yields the same number of batches per epoch unless ``even_batches=False``.
+    Construction is collective: every rank builds its loaders in the same order.
 
     Args:
         data: ``(feature_store, graph_store)`` of this rank's partition.
         num_neighbors: fan-out per hop (list, or dict by edge type).
-        input_nodes: seeds: global ids, ``(node_type, ids)``, a node type, or ``None``
-            (all nodes this partition owns).
+        input_nodes: seeds: global ids (tensor, list or boolean mask),
+            ``(node_type, ids)``, a node type, or ``None`` (all nodes this partition owns).
         input_time: seed times (temporal sampling).
         **options: the shared loader options of
             :class:`~pyg_dist.loader.base.DistLoader` (``batch_size``, ``shuffle``,
@@ -69,14 +84,17 @@ class DistNeighborLoader(DistLoader):
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
                  num_neighbors: NumNeighbors, input_nodes: InputNodes = None,
                  input_time: Optional[Tensor] = None, **options: Any) -> None:
-        data = unpack_stores(data)
-        self.input_type, self.input_nodes = resolve_input_nodes(data[1], input_nodes)
+        self._args = (input_nodes, input_time)
+        super().__init__(data, num_neighbors, **options)
+
+    def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
+        input_nodes, input_time = self._args
+        self.input_type, self.input_nodes = resolve_input_nodes(graph, input_nodes)
         if input_time is not None and input_time.numel() != self.input_nodes.numel():
             raise ValueError(f"input_time has {input_time.numel()} entries for "
                              f"{self.input_nodes.numel()} input nodes")
         self.input_time = input_time
-        super().__init__(data, num_neighbors, "node", self.input_type,
-                         self.input_nodes.numel(), **options)
+        return LoaderSeeds("node", self.input_type, self.input_nodes.numel())
 
     def _inputs(self, positions: Tensor) -> NodeSamplerInput:
         time = self.input_time[positions] if self.input_time is not None else None

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional, Union
 
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamplerInput
 
-from pyg_dist.loader.collate import Batch, collate_links, collate_nodes
+from pyg_dist.loader.collate import Batch, collate
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -43,19 +43,10 @@ class BatchProducer:
 
     async def produce(self, inputs: Union[NodeSamplerInput, EdgeSamplerInput]) -> Batch:
         if self.spec.kind == "node":
-            out = await self.sampler.sample_nodes(inputs)  # type: ignore[arg-type]
+            batch = await self.sampler.sample_nodes(inputs)  # type: ignore[arg-type]
         else:
-            out = await self.sampler.sample_edges(inputs, self.spec.neg_sampling)  # type: ignore
-        nodes = out.node if isinstance(out.node, dict) else {self._node_type(): out.node}
-        edges = out.edge if isinstance(out.edge, dict) else {self._edge_type(): out.edge}
-        feats = await self.sampler.fetcher.fetch(nodes, edges, unique=self.repeats)
-        meta = self.sampler.meta
-        if self.spec.kind == "node":
-            return collate_nodes(out, feats, meta, self.spec.input_type)  # type: ignore[arg-type]
-        return collate_links(out, feats, meta, self.spec.input_type)  # type: ignore[arg-type]
-
-    def _node_type(self) -> NodeType:
-        return self.sampler.meta.node_types[0]
-
-    def _edge_type(self) -> EdgeType:
-        return self.sampler.meta.edge_types[0]
+            batch = await self.sampler.sample_edges(inputs,  # type: ignore[arg-type]
+                                                    self.spec.neg_sampling)
+        sub = batch.subgraph
+        feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=self.repeats)
+        return collate(batch, feats, self.sampler.meta)

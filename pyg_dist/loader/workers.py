@@ -40,7 +40,9 @@ def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
     torch.set_num_threads(1)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
     from pyg_dist.sampler.serving import _served
+    from pyg_dist.sampler.warmup import warm_up
 
+    warm_up()  # before joining: no peer waits on this worker's compiler
     group = runtime.init_rpc(spec.ctx, spec.graph.num_parts,
                              _served(spec.features, spec.graph), group=spec.group)
     graceful = True
@@ -158,17 +160,3 @@ class WorkerPool:
                 proc.kill()
                 proc.join(5)
         self.procs = []
-
-
-def check_equal_workers(num_workers: int, cpu_group: Optional[object],
-                        world_size: int) -> None:
-    """Every rank must start the same number of workers (their RPC groups pair up)."""
-    if world_size == 1:
-        return
-    import torch.distributed as dist
-
-    values = torch.tensor([num_workers, -num_workers])
-    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=cpu_group)
-    if int(values[0]) != num_workers or int(-values[1]) != num_workers:
-        raise ValueError(f"every rank must use the same num_workers (this rank: {num_workers}, "
-                         f"range over ranks: {int(-values[1])}..{int(values[0])})")

@@ -6,7 +6,6 @@ positive. Unlike PyG, negatives that are real edges are re-drawn (a few rounds).
 """
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
@@ -15,21 +14,24 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_dist.rpc import callee, served
+from pyg_dist.rpc import callee, gather_all, served
+from pyg_dist.sampler.checks import RemoteResponseError
+from pyg_dist.sampler.types import LinkSeeds, SampledBatch
 from pyg_dist.typing import EdgeType, NodeType
 
 if TYPE_CHECKING:
-    from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, Output
+    from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
 
 NEGATIVE_ROUNDS = 3
 
 
 @dataclass
-class LinkSeeds:
-    """Seed nodes of a link batch and how labels index into them."""
+class LinkInputs:
+    """Seed nodes of a link batch (endpoints of positives and negatives) and the
+    batch's seed record (how labels index into the sampled nodes)."""
     seeds: Dict[NodeType, Tensor]
     seed_time: Optional[Dict[NodeType, Tensor]]
-    metadata: tuple
+    record: LinkSeeds
 
 
 def has_edges(sampler_local, edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
@@ -61,7 +63,13 @@ async def _edge_mask(sampler: "DistNeighborSampler", edge_type: EdgeType, src: T
         futures.append(sampler.group.call_async(sampler.group.route(part), "sampler.has_edges",
                                                 edge_type, src[pos], dst[pos]))
         positions.append(pos)
-    for pos, mask in zip(positions, await asyncio.gather(*futures)):
+    for pos, mask in zip(positions, await gather_all(*futures)):
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool or \
+                tuple(mask.shape) != (pos.numel(),):
+            raise RemoteResponseError(f"a peer answered 'sampler.has_edges' for {pos.numel()} "
+                                      f"pairs with {type(mask).__name__} "
+                                      f"{getattr(mask, 'dtype', '')} "
+                                      f"{tuple(getattr(mask, 'shape', ()))}")
         out[pos] = mask
     return out
 
@@ -97,8 +105,8 @@ def _input_edge_type(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput) -
 
 
 async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
-                     neg: Optional[NegativeSampling]) -> LinkSeeds:
-    """Positive and negative endpoints as seeds, plus PyG's link metadata."""
+                     neg: Optional[NegativeSampling]) -> LinkInputs:
+    """Positive and negative endpoints as seeds, and the batch's seed record."""
     edge_type = _input_edge_type(sampler, inputs)
     src, dst, label, time = inputs.row, inputs.col, inputs.label, inputs.time
     sampler.graph.node_book(edge_type[0]).check(src)
@@ -130,7 +138,7 @@ async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
 def _assemble(sampler: "DistNeighborSampler", edge_type: EdgeType, inputs: EdgeSamplerInput,
               src: Tensor, dst: Tensor, label: Optional[Tensor], src_time: Optional[Tensor],
               dst_time: Optional[Tensor], neg: Optional[NegativeSampling],
-              num_pos: int) -> LinkSeeds:
+              num_pos: int) -> LinkInputs:
     disjoint = sampler.config.disjoint
     same = edge_type[0] == edge_type[2]
     if same:
@@ -148,17 +156,20 @@ def _assemble(sampler: "DistNeighborSampler", edge_type: EdgeType, inputs: EdgeS
         times = None if src_time is None else {edge_type[0]: src_time, edge_type[2]: dst_time}
     if neg is not None and neg.is_triplet():
         dst_neg = inv_dst[num_pos:].view(-1, num_pos).t().squeeze(-1)
-        meta = (inputs.input_id, inv_src, inv_dst[:num_pos], dst_neg, src_time)
+        record = LinkSeeds(edge_type, inputs.input_id, src_index=inv_src,
+                           dst_pos_index=inv_dst[:num_pos], dst_neg_index=dst_neg,
+                           src_time=src_time)
     else:
-        meta = (inputs.input_id, torch.stack([inv_src, inv_dst]), label, src_time)
-    return LinkSeeds(seeds, times, meta)
+        record = LinkSeeds(edge_type, inputs.input_id, torch.stack([inv_src, inv_dst]),
+                           edge_label=label, edge_label_time=src_time)
+    return LinkInputs(seeds, times, record)
 
 
 async def sample_links(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
-                       neg: Optional[NegativeSampling]) -> "Output":
+                       neg: Optional[NegativeSampling]) -> SampledBatch:
     """Samples the neighbourhoods of a batch of seed edges (and negatives)."""
-    if neg is None and inputs.neg_sampling is not None:
-        neg = inputs.neg_sampling
+    if neg is None:  # PyG < 2.8 also carries it on the input
+        neg = getattr(inputs, "neg_sampling", None)
     if inputs.time is not None and not sampler.config.disjoint:
         raise ValueError("edge label times need a temporal sampler (time_attr set)")
     link = await link_seeds(sampler, inputs, neg)
@@ -166,4 +177,4 @@ async def sample_links(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
     if sub.batch is not None:
         num_pos = inputs.row.numel()
         sub.batch = {t: b % num_pos for t, b in sub.batch.items()}
-    return sampler.to_pyg(sub, metadata=link.metadata)
+    return SampledBatch(sub, link.record)

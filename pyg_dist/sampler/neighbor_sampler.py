@@ -6,7 +6,6 @@ owned part locally meanwhile, then merge, dedupe and relabel.
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -15,14 +14,18 @@ from torch import Tensor
 from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput,
                                      NegativeSampling, NodeSamplerInput, SamplerOutput)
 
+from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.event_loop import gather_all
+from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.serving import serving_group
-from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, NumNeighbors,
-                                    SampledSubgraph, SamplingConfig)
+from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, LinkSeeds,
+                                    NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
+                                    SamplingConfig)
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
 
 Output = Union[SamplerOutput, HeteroSamplerOutput]
 
@@ -53,20 +56,30 @@ class DistNeighborSampler(BaseSampler):
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  seed: Optional[int] = None) -> None:
         features, graph = unpack_stores(data)
-        if str(getattr(subgraph_type, "value", subgraph_type)) not in SUBGRAPH_TYPES:
-            raise NotImplementedError(f"subgraph_type={subgraph_type!r} is not supported "
-                                      f"(only 'directional')")
         self.features, self.graph, self.meta = features, graph, graph.meta
-        self.config = SamplingConfig.build(
-            num_neighbors, self.meta.edge_types, replace=replace,
-            disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
-            time_attr=time_attr, weight_attr=weight_attr)
-        _check_attr(self.meta, time_attr, "time_attr", nodes=True)
-        _check_attr(self.meta, weight_attr, "weight_attr", nodes=False)
+        self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
+                                        disjoint, temporal_strategy, time_attr, weight_attr)
         self.group, self.local = serving_group(current_ctx, features, graph)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
         self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
+
+    @staticmethod
+    def build_config(meta: PartitionMeta, num_neighbors: NumNeighbors, replace: bool = False,
+                     subgraph_type: str = "directional", disjoint: bool = False,
+                     temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
+                     weight_attr: Optional[str] = None) -> SamplingConfig:
+        """Checks the sampling options against the graph (no RPC); raises on bad ones."""
+        if str(getattr(subgraph_type, "value", subgraph_type)) not in SUBGRAPH_TYPES:
+            raise NotImplementedError(f"subgraph_type={subgraph_type!r} is not supported "
+                                      f"(only 'directional')")
+        config = SamplingConfig.build(
+            num_neighbors, meta.edge_types, replace=replace,
+            disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
+            time_attr=time_attr, weight_attr=weight_attr)
+        _check_attr(meta, time_attr, "time_attr", nodes=True)
+        _check_attr(meta, weight_attr, "weight_attr", nodes=False)
+        return config
 
     @property
     def is_hetero(self) -> bool:
@@ -130,15 +143,18 @@ class DistNeighborSampler(BaseSampler):
 
     async def _run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]]
                        ) -> Dict[int, HopResponse]:
+        """Remote requests first (all in flight), the local part meanwhile; every remote
+        response is checked against its request before use."""
         me = self.group.part
-        futures = {p: self.group.call_async(self.group.route(p), "sampler.hop", req)
-                   for p, (req, _) in plan.items() if p != me}
+        ranks = {p: self.group.route(p) for p in plan if p != me}
+        futures = [self.group.call_async(r, "sampler.hop", plan[p][0]) for p, r in ranks.items()]
         responses = {}
         if me in plan:
             responses[me] = self.local.hop(plan[me][0])
-        if futures:
-            done = await asyncio.gather(*futures.values())
-            responses.update(zip(futures.keys(), done))
+        for (part, rank), resp in zip(ranks.items(), await gather_all(*futures)):
+            check_hop_response(plan[part][0], resp, self.meta.num_nodes,
+                               self.group.describe(rank), num_edges=self.meta.num_edges)
+            responses[part] = resp
         return responses
 
     def _merge(self, state: HopState, plan: Dict[int, Tuple[HopRequest, List[tuple]]],
@@ -165,9 +181,9 @@ class DistNeighborSampler(BaseSampler):
         got = await fetcher.fetch(seeds, {}, unique=False)
         return {t: got.nodes[t][attr].long().view(-1) for t in seeds}
 
-    # ---- PyG's BaseSampler interface ---------------------------------------------------
-    async def sample_nodes(self, inputs: NodeSamplerInput) -> Output:
-        """Async form of :meth:`sample_from_nodes`."""
+    # ---- batches, and PyG's BaseSampler interface --------------------------------------
+    async def sample_nodes(self, inputs: NodeSamplerInput) -> SampledBatch:
+        """Samples a node-level batch: the subgraph around ``inputs.node`` and its seeds."""
         node_type = self._input_node_type(inputs.input_type)
         seeds, time, input_id = inputs.node, inputs.time, inputs.input_id
         if not self.config.disjoint:  # a repeated seed is sampled once, as the first one
@@ -178,21 +194,23 @@ class DistNeighborSampler(BaseSampler):
         sub = await self.sample_subgraph({node_type: seeds},
                                          {node_type: time} if time is not None and
                                          self.config.disjoint else None)
-        return self.to_pyg(sub, metadata=(input_id, time))
-
-    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
-        return self.group.loop.run(self.sample_nodes(index))
+        return SampledBatch(sub, NodeSeeds(node_type, input_id, time))
 
     async def sample_edges(self, inputs: EdgeSamplerInput,
-                           neg_sampling: Optional[NegativeSampling] = None) -> Output:
-        """Async form of :meth:`sample_from_edges`."""
+                           neg_sampling: Optional[NegativeSampling] = None) -> SampledBatch:
+        """Samples a link-level batch around the seed edges (and negatives)."""
         from pyg_dist.sampler.link import sample_links
 
         return await sample_links(self, inputs, neg_sampling)
 
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
+        """PyG's interface: ``SamplerOutput``/``HeteroSamplerOutput`` with PyG's metadata."""
+        return self.to_pyg(self.group.loop.run(self.sample_nodes(index)))
+
     def sample_from_edges(self, index: EdgeSamplerInput,
                           neg_sampling: Optional[NegativeSampling] = None) -> Output:
-        return self.group.loop.run(self.sample_edges(index, neg_sampling))
+        """PyG's interface: ``SamplerOutput``/``HeteroSamplerOutput`` with PyG's metadata."""
+        return self.to_pyg(self.group.loop.run(self.sample_edges(index, neg_sampling)))
 
     @property
     def edge_permutation(self) -> None:
@@ -203,8 +221,10 @@ class DistNeighborSampler(BaseSampler):
             raise ValueError("heterogeneous graph: the input needs an input_type (node type)")
         return self.meta.node_type(input_type)
 
-    def to_pyg(self, sub: SampledSubgraph, metadata: object = None) -> Output:
-        """Converts to PyG's ``SamplerOutput`` (homogeneous) or ``HeteroSamplerOutput``."""
+    def to_pyg(self, batch: SampledBatch) -> Output:
+        """PyG's ``SamplerOutput`` (homogeneous) or ``HeteroSamplerOutput``, with PyG's
+        positional ``metadata`` made from the typed seed record."""
+        sub, metadata = batch.subgraph, pyg_metadata(batch.seeds)
         if not self.is_hetero:
             return SamplerOutput(
                 node=sub.node[HOMO_NODE], row=sub.row[HOMO_EDGE], col=sub.col[HOMO_EDGE],
@@ -216,6 +236,16 @@ class DistNeighborSampler(BaseSampler):
             node=sub.node, row=sub.row, col=sub.col, edge=sub.edge, batch=sub.batch,
             num_sampled_nodes=sub.num_sampled_nodes, num_sampled_edges=sub.num_sampled_edges,
             metadata=metadata)
+
+
+def pyg_metadata(seeds: Union[NodeSeeds, LinkSeeds]) -> tuple:
+    """PyG's positional ``metadata`` of a sampler output, from a typed seed record."""
+    if isinstance(seeds, NodeSeeds):
+        return (seeds.input_id, seeds.seed_time)
+    if seeds.is_triplet:
+        return (seeds.input_id, seeds.src_index, seeds.dst_pos_index, seeds.dst_neg_index,
+                seeds.src_time)
+    return (seeds.input_id, seeds.edge_label_index, seeds.edge_label, seeds.edge_label_time)
 
 
 def unpack_stores(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:

@@ -1,14 +1,21 @@
-"""Joining the job as a server of one partition (collective on first use)."""
+"""Joining the job as a server of one partition (collective on first use).
+
+Before any rank serves, the ranks agree on the partitioning: every rank must hold a
+partition of the *same* partitioned graph (``PartitionMeta.uid``, derived from its
+content), the one its rank is meant to serve. Two folders of the same graph made with
+another seed, or one rewritten during the job, are refused on every rank, never
+sampled into silently wrong batches. Numba kernels are compiled (or loaded from
+numba's cache) before joining, so no peer waits on a compiler.
+"""
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
-import torch.distributed as dist
+from typing import Any, Dict, Optional, Tuple
 
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler.warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 
@@ -17,11 +24,19 @@ def check_stores(ctx: DistContext, features: LocalFeatureStore, graph: LocalGrap
     if features.part != graph.part:
         raise ValueError(f"feature store holds partition {features.part} but graph store holds "
                          f"partition {graph.part}")
+    if features.meta.uid != graph.meta.uid:
+        raise ValueError(f"feature store and graph store come from different partitionings "
+                         f"(uid {features.meta.uid[:12]} vs {graph.meta.uid[:12]})")
     want = ctx.partition_id(graph.num_parts)
     if graph.part != want:
         raise ValueError(f"rank {ctx.rank} of {ctx.world_size} must load partition {want} of "
                          f"{graph.num_parts} (ranks are assigned to partitions in contiguous "
                          f"blocks), but its stores hold partition {graph.part}")
+
+
+def partitioning(graph: LocalGraphStore) -> Dict[str, Any]:
+    """What every rank must agree on about the graph it serves."""
+    return {"partitioning (META.json uid)": graph.meta.uid, "num_parts": graph.num_parts}
 
 
 def init_rpc(ctx: Optional[DistContext] = None,
@@ -34,13 +49,22 @@ def init_rpc(ctx: Optional[DistContext] = None,
         data: ``(feature_store, graph_store)`` of this rank's partition, or ``None``
             for jobs without a graph (e.g. only :class:`DistEmbedding`).
         num_parts: partitions when ``data`` is ``None`` (default: one per rank).
+
+    Raises:
+        DisagreementError: on every rank, if the ranks hold different partitionings.
     """
     ctx = ctx or DistContext.from_env()
     if data is None:
         return runtime.init_rpc(ctx, num_parts or ctx.world_size)
     features, graph = data
-    check_stores(ctx, features, graph)
-    return runtime.init_rpc(ctx, graph.num_parts, _served(features, graph))
+    error: Optional[BaseException] = None
+    try:
+        check_stores(ctx, features, graph)
+    except ValueError as exc:  # raised on every rank by the agreement
+        error = exc
+    warm_up()
+    return runtime.init_rpc(ctx, graph.num_parts, _served(features, graph),
+                            must_match=partitioning(graph), error=error)
 
 
 def _served(features: LocalFeatureStore, graph: LocalGraphStore) -> dict:
@@ -59,21 +83,41 @@ def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
                          f"rank {group.rank}")
     sampler = group.served.get("sampler")
     if sampler is None:
-        check_stores(group.ctx, features, graph)
-        if group.num_parts != graph.num_parts:
-            raise ValueError(f"RPC was initialised for {group.num_parts} partition(s), the "
-                             f"stores hold one of {graph.num_parts}")
-        group.served.update(_served(features, graph))
-        if group.ctx.is_distributed:
-            dist.barrier(group=group.cpu_group)  # peers may only ask once everyone serves
+        _start_serving(group, features, graph)
         return group, group.served["sampler"]
     if sampler.graph is graph and sampler.features is features:
         return group, sampler
     if not group.ctx.is_distributed:  # standalone: serve the stores given now
         group.served.update(_served(features, graph))
         return group, group.served["sampler"]
-    if sampler.graph.part != graph.part or sampler.graph.meta != graph.meta:
+    if sampler.graph.part != graph.part or sampler.graph.meta.uid != graph.meta.uid:
         raise ValueError(f"this process already serves partition {sampler.graph.part} of "
                          f"another graph to its peers; call shutdown_rpc() before switching "
                          f"to partition {graph.part} of a different graph")
     return group, sampler
+
+
+def _start_serving(group: RpcGroup, features: LocalFeatureStore,
+                   graph: LocalGraphStore) -> None:
+    """Serves a partition in a group joined without one (collective: the agreement is
+    also the barrier after which peers may ask)."""
+    error: Optional[BaseException] = None
+    try:
+        check_stores(group.ctx, features, graph)
+        if group.num_parts != graph.num_parts:
+            raise ValueError(f"RPC was initialised for {group.num_parts} partition(s), the "
+                             f"stores hold one of {graph.num_parts}")
+    except ValueError as exc:
+        error = exc
+    warm_up()
+    if error is None:  # before the agreement: peers may ask as soon as it returns
+        group.served.update(_served(features, graph))
+    try:
+        if group.ctx.is_distributed:
+            group.agree("serving a partition", partitioning(graph), error=error)
+        elif error is not None:
+            raise error
+    except BaseException:
+        for key in ("graph", "features", "sampler"):
+            group.served.pop(key, None)
+        raise

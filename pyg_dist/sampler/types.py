@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
+import numpy as np
 from torch import Tensor
 
 from pyg_dist.typing import EdgeType, NodeType, edge_key
@@ -23,7 +24,9 @@ class SamplingConfig:
             ``dst`` nodes are sampled over their in-edges.
         replace: sample with replacement.
         disjoint: every seed gets its own subtree (nodes repeat across subtrees).
-        temporal_strategy: ``"uniform"`` or ``"last"`` (most recent neighbours).
+        temporal_strategy: ``"uniform"`` or ``"last"``: the ``min(fanout, eligible)``
+            most recent neighbours; with ``replace``, ``fanout`` draws among those
+            (as pyg-lib does).
         time_attr: node or edge attribute holding time; sampled neighbours are never
             newer than their seed. Implies ``disjoint``.
         weight_attr: edge attribute of sampling weights (zero = never sampled).
@@ -53,10 +56,10 @@ class SamplingConfig:
                 raise ValueError(f"every num_neighbors list must have the same length (one "
                                  f"entry per hop), got lengths {sorted(lengths)}")
             hops = lengths.pop()
-            fanouts = {t: [int(x) for x in num_neighbors.get(t, [0] * hops)]  # type: ignore
+            fanouts = {t: [_fanout(x) for x in num_neighbors.get(t, [0] * hops)]  # type: ignore
                        for t in edge_types}
         else:
-            fanouts = {t: [int(x) for x in num_neighbors] for t in edge_types}
+            fanouts = {t: [_fanout(x) for x in num_neighbors] for t in edge_types}
         hops = len(next(iter(fanouts.values())))
         if hops == 0:
             raise ValueError("num_neighbors must have at least one hop")
@@ -77,6 +80,16 @@ class SamplingConfig:
     @property
     def is_temporal(self) -> bool:
         return self.time_attr is not None
+
+
+def _fanout(value: object) -> int:
+    """An integer fan-out; floats (even 10.0), bools and strings are refused, never
+    truncated."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) and not (
+            isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()):
+        raise TypeError(f"fan-outs in num_neighbors must be integers, got {value!r} "
+                        f"({type(value).__name__})")
+    return int(value)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -133,3 +146,55 @@ class SampledSubgraph:
     batch: Optional[Dict[NodeType, Tensor]]
     num_sampled_nodes: Dict[NodeType, List[int]]
     num_sampled_edges: Dict[EdgeType, List[int]]
+
+
+@dataclass
+class NodeSeeds:
+    """What a node-level batch was sampled for (seeds are first in ``node[input_type]``).
+
+    Args:
+        input_type: the seeds' node type.
+        input_id: positions of the seeds in the loader's ``input_nodes``.
+        seed_time: time of each seed (temporal sampling).
+    """
+    input_type: NodeType
+    input_id: Tensor
+    seed_time: Optional[Tensor] = None
+
+
+@dataclass
+class LinkSeeds:
+    """What a link-level batch was sampled for; indices point into the sampled node
+    lists of the edge type's source / destination node types.
+
+    Args:
+        input_type: the seed edges' type.
+        input_id: positions of the seed edges in the loader's ``edge_label_index``.
+        edge_label_index: ``[2, E]`` label edges, negatives after positives (binary
+            negatives, or none).
+        edge_label: their labels (binary negatives: ``0``).
+        edge_label_time: their times (temporal sampling).
+        src_index, dst_pos_index, dst_neg_index: the triplet layout instead.
+        src_time: time of each source (triplet, temporal sampling).
+    """
+    input_type: EdgeType
+    input_id: Tensor
+    edge_label_index: Optional[Tensor] = None
+    edge_label: Optional[Tensor] = None
+    edge_label_time: Optional[Tensor] = None
+    src_index: Optional[Tensor] = None
+    dst_pos_index: Optional[Tensor] = None
+    dst_neg_index: Optional[Tensor] = None
+    src_time: Optional[Tensor] = None
+
+    @property
+    def is_triplet(self) -> bool:
+        return self.src_index is not None
+
+
+@dataclass
+class SampledBatch:
+    """One batch as the sampler hands it to collate: the subgraph and what it was
+    sampled for."""
+    subgraph: SampledSubgraph
+    seeds: Union[NodeSeeds, LinkSeeds]

@@ -6,6 +6,7 @@ parent compares it with ground truth computed on the original graph.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Dict, List
@@ -16,7 +17,7 @@ import torch
 from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.partition import io
 from pyg_dist.rpc import RpcPeerError, shutdown_rpc
-from pyg_dist.testing import RanksFailed, run_ranks
+from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
 
@@ -255,6 +256,50 @@ def test_temporal_and_weighted_hetero(hetero_parts):
         assert oid.numel() > 0 and bool((data[cites].edge_weight[oid] > 0).all())
 
 
+def _cold_start_job(root: str) -> Dict[str, float]:
+    """First calls of every sampling mode, each to the *other* partition, with numba's
+    cache empty and a short timeout: no peer may still be compiling when asked."""
+    import time
+
+    ctx = DistContext.from_env(rpc_timeout=COLD_TIMEOUT_S)
+    meta = io.read_meta(Path(root))
+    data = (LocalFeatureStore.from_partition(root, ctx.rank),
+            LocalGraphStore.from_partition(root, ctx.rank))
+    book = meta.node_book("paper")
+    other = 1 - ctx.rank
+    seeds = torch.arange(book.start(other), book.start(other) + 16)
+    took = {}
+    try:
+        for name, kwargs in (("temporal", dict(time_attr="edge_time",
+                                               temporal_strategy="last")),
+                             ("weighted", dict(weight_attr="edge_weight", replace=True)),
+                             ("uniform", dict(replace=False))):
+            sampler = DistNeighborSampler(data, num_neighbors=[4, 4], current_ctx=ctx, seed=1,
+                                          **kwargs)
+            start = time.monotonic()
+            _run(sampler, {"paper": seeds},
+                 {"paper": torch.full((16,), 2015)} if name == "temporal" else None)
+            took[name] = time.monotonic() - start
+        return took
+    finally:
+        shutdown_rpc()
+
+
+COLD_TIMEOUT_S = 6
+
+
+@pytest.mark.timeout(240)
+def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkeypatch):
+    """Before kernels were compiled ahead of joining RPC, a peer compiling on its first
+    call made the caller time out (seen under load with a 20 s timeout)."""
+    _, roots = hetero_parts
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))  # read at numba's import
+    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=200)
+    assert any((tmp_path / "numba").rglob("*.nbi")), "numba did not use the empty cache"
+    for rank_took in took:  # nothing left to compile: first calls are quick
+        assert max(rank_took.values()) < COLD_TIMEOUT_S / 2, took
+
+
 # ---- faults ---------------------------------------------------------------------------
 def _fault_job(root: str) -> Dict:
     import time
@@ -287,8 +332,36 @@ def _fault_job(root: str) -> Dict:
     except RpcPeerError as exc:
         out["dead"] = str(exc)
     out["dead_after_s"] = time.monotonic() - start
+    out["unretrieved"] = _unretrieved_after_dead_fetch(sampler, book.start(1))
     shutdown_rpc(graceful=False)
     return out
+
+
+def _unretrieved_after_dead_fetch(sampler: DistNeighborSampler, first_remote: int) -> list:
+    """Fetches 20 rows from the dead partition in many requests at once (a tiny
+    ``max_rpc_bytes``); returns what asyncio logged about exceptions nobody retrieved."""
+    import gc
+    import logging
+    import time
+
+    from pyg_dist.sampler.features import FeatureFetcher
+
+    logged: list = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore
+    logging.getLogger("asyncio").addHandler(handler)
+    fetcher = FeatureFetcher(sampler.group, sampler.local, sampler.meta, max_rpc_bytes=64)
+    ids = torch.arange(first_remote, first_remote + 20)
+    try:
+        sampler.group.loop.run(fetcher.fetch({HOMO_NODE: ids}, {}))
+        logged.append("the fetch from a dead peer succeeded")
+    except RpcPeerError:
+        pass
+    time.sleep(1.0)  # every request to the dead peer has failed by now
+    sampler.group.loop.run(asyncio.sleep(0.1))
+    gc.collect()
+    logging.getLogger("asyncio").removeHandler(handler)
+    return logged
 
 
 @pytest.mark.timeout(120)
@@ -298,3 +371,4 @@ def test_faults_out_of_range_remote_error_and_dead_peer(cora_parts):
     assert "out of range" in out["range"] or "2708" in out["range"], out["range"]
     assert "trainers0-1" in out["remote"] and "own" in out["remote"], out["remote"]
     assert "rank 1" in out["dead"] and out["dead_after_s"] < 30, out
+    assert out["unretrieved"] == [], out["unretrieved"]  # every failure was retrieved

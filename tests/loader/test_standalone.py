@@ -102,3 +102,37 @@ def test_epoch_plan_pads_by_repeating_whole_batches():
     empty = EpochPlan(0, 2, 1, False, False, 0)
     with pytest.raises(ValueError, match="no seeds but other ranks do"):
         empty.batches(0)
+
+
+def test_link_loader_without_negative_sampling(cora1):
+    """torch_geometric 2.8's EdgeSamplerInput has no ``neg_sampling``: every batch of a
+    loader without negatives used to fail on it."""
+    data, stores, ctx = cora1
+    seeds = edge_split(stores, ctx)[:, :30]
+    labels = torch.arange(30, dtype=torch.float)
+    loader = DistLinkNeighborLoader(data=stores, num_neighbors=[3, 2], edge_label_index=seeds,
+                                    edge_label=labels, batch_size=10, current_ctx=ctx)
+    batches = list(loader)
+    assert len(batches) == 3
+    for i, batch in enumerate(batches):
+        ends = batch.n_id[batch.edge_label_index]
+        assert torch.equal(ends, seeds[:, 10 * i:10 * (i + 1)])
+        assert torch.equal(batch.edge_label, labels[10 * i:10 * (i + 1)])
+    loader.close()
+
+
+def test_input_nodes_as_a_python_list_are_ids(cora1):
+    _, stores, ctx = cora1
+    loader = DistNeighborLoader(data=stores, num_neighbors=[2], input_nodes=[5, 7, 11],
+                                batch_size=3, current_ctx=ctx)
+    batch = next(iter(loader))
+    assert batch.n_id[:3].tolist() == [5, 7, 11]
+    loader.close()
+
+
+@pytest.mark.parametrize("fanout", [[10.5, 5], [10.0], ["10"], [True]])
+def test_non_integer_fan_outs_are_refused_not_truncated(cora1, fanout):
+    _, stores, ctx = cora1
+    with pytest.raises(TypeError, match="must be integers"):
+        DistNeighborLoader(data=stores, num_neighbors=fanout, input_nodes=[1, 2],
+                           batch_size=2, current_ctx=ctx)
