@@ -29,13 +29,15 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GraphSAGE
 
-import _common as C
+import _epochs as E
+import _job as J
+import _nodes as N
 from pyg_dist import DistEmbedding, SparseAdam, init_rpc
 from pyg_dist.embedding import save_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = C.base_parser("Learnable node embeddings + GraphSAGE with pyg_dist", epochs=30,
+    p = J.base_parser("Learnable node embeddings + GraphSAGE with pyg_dist", epochs=30,
                       batch_size=64, lr=0.01, hidden=64, fanout="25,10")
     p.set_defaults(eval_neighbors=[-1, -1])
     p.add_argument("--embedding-dim", type=int, default=64)
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = build_parser().parse_args()
-    job = C.setup(args)
+    job = J.setup(args)
     # Join RPC serving this rank's partition before creating the table: the table's
     # rows are read and updated over the same RPC group the loaders sample through.
     init_rpc(job.ctx, job.data)
@@ -57,32 +59,32 @@ def main() -> None:
                         init_func=lambda shape, dtype: 0.1 * torch.randn(
                             shape, dtype=dtype, generator=generator),
                         partition=job.meta)
-    classes = C.num_classes(job)
+    classes = N.num_classes(job)
     model = GraphSAGE(args.embedding_dim, args.hidden, num_layers=len(args.num_neighbors),
                       out_channels=classes, dropout=args.dropout)
-    ddp = C.wrap_ddp(model, job)
+    ddp = J.wrap_ddp(model, job)
     dense = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     sparse = SparseAdam([emb], lr=args.sparse_lr)
 
-    def predict(net: torch.nn.Module) -> C.Predict:
+    def predict(net: torch.nn.Module) -> N.Predict:
         def forward(batch: Any) -> Tuple[Tensor, Tensor]:
             n = batch.batch_size
             x = emb(batch.n_id, device=job.device)
             return net(x, batch.edge_index)[:n], batch.y[:n]
         return forward
 
-    loaders = C.node_loaders(job, args, "train", "val", "test")
-    C.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
+    loaders = N.node_loaders(job, args, "train", "val", "test")
+    J.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
                f"embedding={num_nodes}x{args.embedding_dim} classes={classes} "
                f"train batches/epoch={len(loaders[0])}")
-    results = C.fit(job, args, loaders, C.classify_step(predict(ddp), [dense, sparse]),
-                    lambda loader: C.accuracy(job, model, loader, predict(model)))
+    results = E.fit(job, args, loaders, N.classify_step(predict(ddp), [dense, sparse]),
+                    lambda loader: N.accuracy(job, model, loader, predict(model)))
     if args.checkpoint:
         save_checkpoint(args.checkpoint, embeddings=[emb], optimizers=[sparse])
-        C.log(job, f"saved the embedding and SparseAdam state to {args.checkpoint}")
-    C.finish(job, loaders)
-    C.emit(job, results, args)
+        J.log(job, f"saved the embedding and SparseAdam state to {args.checkpoint}")
+    J.finish(job, loaders)
+    J.emit(job, results, args)
 
 
 if __name__ == "__main__":
-    C.run(main)
+    J.run(main)

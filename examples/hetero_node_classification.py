@@ -23,12 +23,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import HeteroConv, SAGEConv
 
-import _common as C
+import _epochs as E
+import _job as J
+import _nodes as N
 from pyg_dist.typing import EdgeType, NodeType
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = C.base_parser("Heterogeneous GraphSAGE (HeteroConv) node classification with pyg_dist",
+    p = J.base_parser("Heterogeneous GraphSAGE (HeteroConv) node classification with pyg_dist",
                       epochs=5, batch_size=256, lr=0.005, hidden=64)
     p.add_argument("--target", default="paper", help="node type to classify")
     return p
@@ -78,7 +80,7 @@ class HeteroSAGE(torch.nn.Module):
         return self.classify(x[self.target])
 
 
-def predict(model: torch.nn.Module, target: NodeType) -> C.Predict:
+def predict(model: torch.nn.Module, target: NodeType) -> N.Predict:
     def forward(batch: Any) -> Tuple[Tensor, Tensor]:
         n = batch[target].batch_size
         return model(batch.x_dict, batch.edge_index_dict)[:n], batch[target].y[:n]
@@ -87,22 +89,22 @@ def predict(model: torch.nn.Module, target: NodeType) -> C.Predict:
 
 def main() -> None:
     args = build_parser().parse_args()
-    job = C.setup(args)
+    job = J.setup(args)
     meta = job.meta
-    classes = C.num_classes(job, args.target)
-    in_channels = {t: C.feat_dim(job, t) for t in meta.node_types}
+    classes = N.num_classes(job, args.target)
+    in_channels = {t: N.feat_dim(job, t) for t in meta.node_types}
     model = HeteroSAGE(in_channels, meta.edge_types, args.target, args.hidden, classes,
                        len(args.num_neighbors), args.dropout)
-    ddp = C.wrap_ddp(model, job)
+    ddp = J.wrap_ddp(model, job)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    loaders = C.node_loaders(job, args, *C.splits(args), node_type=args.target)
-    C.log(job, f"world_size={job.ctx.world_size} partitions={meta.num_parts} node types="
+    loaders = N.node_loaders(job, args, *N.splits(args), node_type=args.target)
+    J.log(job, f"world_size={job.ctx.world_size} partitions={meta.num_parts} node types="
                f"{list(meta.node_types)} classes={classes} train batches/epoch={len(loaders[0])}")
-    results = C.fit(job, args, loaders, C.classify_step(predict(ddp, args.target), [optimizer]),
-                    lambda loader: C.accuracy(job, model, loader, predict(model, args.target)))
-    C.finish(job, loaders)
-    C.emit(job, results, args)
+    results = E.fit(job, args, loaders, N.classify_step(predict(ddp, args.target), [optimizer]),
+                    lambda loader: N.accuracy(job, model, loader, predict(model, args.target)))
+    J.finish(job, loaders)
+    J.emit(job, results, args)
 
 
 if __name__ == "__main__":
-    C.run(main)
+    J.run(main)

@@ -23,14 +23,16 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GraphSAGE
 
-import _common as C
+import _epochs as E
+import _job as J
+import _nodes as N
 from pyg_dist import DistLinkNeighborLoader, edge_split
 
 SPLITS = ("train", "val", "test")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = C.base_parser("GraphSAGE link prediction with pyg_dist", epochs=5, batch_size=256,
+    p = J.base_parser("GraphSAGE link prediction with pyg_dist", epochs=5, batch_size=256,
                       lr=0.005, hidden=64)
     p.add_argument("--val-frac", type=float, default=0.05)
     p.add_argument("--test-frac", type=float, default=0.10)
@@ -64,7 +66,7 @@ def drop_held_out(batch: Any, args: argparse.Namespace) -> Any:
     return batch
 
 
-def make_loaders(job: C.Job, args: argparse.Namespace) -> Dict[str, DistLinkNeighborLoader]:
+def make_loaders(job: J.Job, args: argparse.Namespace) -> Dict[str, DistLinkNeighborLoader]:
     """One loader per split over this rank's share of the stored edges."""
     edges = edge_split(job.data, job.ctx)
     which = split_of(edges[0], edges[1], args)
@@ -96,7 +98,7 @@ class LinkModel(torch.nn.Module):
         return (h[edge_label_index[0]] * h[edge_label_index[1]]).sum(-1)
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> C.Step:
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> E.Step:
     def step(batch: Any) -> Tuple[float, float, float]:
         optimizer.zero_grad(set_to_none=True)
         logits = model(batch.x, batch.edge_index, batch.edge_label_index)
@@ -128,7 +130,7 @@ def auc(scores: Tensor, labels: Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate(job: C.Job, model: torch.nn.Module, loader: DistLinkNeighborLoader) -> float:
+def evaluate(job: J.Job, model: torch.nn.Module, loader: DistLinkNeighborLoader) -> float:
     """AUC over every rank's held-out positives and their sampled negatives."""
     model.eval()
     scores, labels = [], []
@@ -138,36 +140,36 @@ def evaluate(job: C.Job, model: torch.nn.Module, loader: DistLinkNeighborLoader)
     model.train()
     scores_t = torch.cat(scores) if scores else torch.empty(0)
     labels_t = torch.cat(labels).float() if labels else torch.empty(0)
-    return auc(C.gather_cat(job, scores_t).cpu(), C.gather_cat(job, labels_t).cpu())
+    return auc(J.gather_cat(job, scores_t).cpu(), J.gather_cat(job, labels_t).cpu())
 
 
 def main() -> None:
     args = build_parser().parse_args()
-    job = C.setup(args)
-    model = LinkModel(C.feat_dim(job), args.hidden, len(args.num_neighbors), args.dropout)
-    ddp = C.wrap_ddp(model, job)
+    job = J.setup(args)
+    model = LinkModel(N.feat_dim(job), args.hidden, len(args.num_neighbors), args.dropout)
+    ddp = J.wrap_ddp(model, job)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
     loaders = make_loaders(job, args)
-    C.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} train "
+    J.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} train "
                f"batches/epoch={len(loaders['train'])} device={job.device}")
     history, val_auc = [], float("nan")
     step = train_step(ddp, optimizer)
     for epoch in range(1, args.epochs + 1):
-        stats = C.run_epoch(job, loaders["train"], step)
+        stats = E.run_epoch(job, loaders["train"], step)
         history.append(stats)
         if not args.skip_eval:
             val_auc = evaluate(job, model, loaders["val"])
-        C.log(job, f"epoch {epoch:3d} | loss {stats.loss:.4f} | train acc {stats.acc:.4f} | "
+        J.log(job, f"epoch {epoch:3d} | loss {stats.loss:.4f} | train acc {stats.acc:.4f} | "
                    f"val auc {val_auc:.4f} | epoch {stats.seconds:.2f}s "
                    f"({stats.batches_per_s:.1f} batches/s, waiting on loader "
                    f"{100 * stats.wait_frac:.0f}%)")
     test_auc = float("nan") if args.skip_eval else evaluate(job, model, loaders["test"])
-    C.log(job, f"test auc {test_auc:.4f}")
+    J.log(job, f"test auc {test_auc:.4f}")
     results = {"test_auc": round(test_auc, 4), "val_auc": round(val_auc, 4),
-               **C.summarize(job, history)}
-    C.finish(job, list(loaders.values()))
-    C.emit(job, results, args)
+               **E.summarize(job, history)}
+    J.finish(job, list(loaders.values()))
+    J.emit(job, results, args)
 
 
 if __name__ == "__main__":
-    C.run(main)
+    J.run(main)

@@ -16,7 +16,7 @@ still serves its partition to the others over RPC). Each rank sees each of its s
 exactly once and the correct/total counts are summed by one ``all_reduce`` after the
 loop, so accuracies are exact. Training keeps the default ``even_batches=True``:
 DDP all-reduces gradients every batch, so every rank must run the same number
-(see ``_common.node_loaders``).
+(see ``_nodes.node_loaders``).
 """
 from __future__ import annotations
 
@@ -27,11 +27,13 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GraphSAGE
 
-import _common as C
+import _epochs as E
+import _job as J
+import _nodes as N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = C.base_parser("GraphSAGE node classification with pyg_dist", epochs=10,
+    p = J.base_parser("GraphSAGE node classification with pyg_dist", epochs=10,
                       batch_size=256, lr=0.005, hidden=128)
     p.add_argument("--concurrency", type=int, default=2, help="batches in flight per sampler")
     p.add_argument("--normalize-features", action="store_true",
@@ -39,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def predict(model: torch.nn.Module) -> C.Predict:
+def predict(model: torch.nn.Module) -> N.Predict:
     def forward(batch: Any) -> Tuple[Tensor, Tensor]:
         n = batch.batch_size
         return model(batch.x, batch.edge_index)[:n], batch.y[:n]
@@ -48,21 +50,21 @@ def predict(model: torch.nn.Module) -> C.Predict:
 
 def main() -> None:
     args = build_parser().parse_args()
-    job = C.setup(args)
-    classes = C.num_classes(job)
-    model = GraphSAGE(C.feat_dim(job), args.hidden, num_layers=len(args.num_neighbors),
+    job = J.setup(args)
+    classes = N.num_classes(job)
+    model = GraphSAGE(N.feat_dim(job), args.hidden, num_layers=len(args.num_neighbors),
                       out_channels=classes, dropout=args.dropout)
-    ddp = C.wrap_ddp(model, job)
+    ddp = J.wrap_ddp(model, job)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    loaders = C.node_loaders(job, args, *C.splits(args), concurrency=args.concurrency,
-                             transform=C.normalize_rows if args.normalize_features else None)
-    C.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
+    loaders = N.node_loaders(job, args, *N.splits(args), concurrency=args.concurrency,
+                             transform=N.normalize_rows if args.normalize_features else None)
+    J.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
                f"classes={classes} train batches/epoch={len(loaders[0])} device={job.device}")
-    results = C.fit(job, args, loaders, C.classify_step(predict(ddp), [optimizer]),
-                    lambda loader: C.accuracy(job, model, loader, predict(model)))
-    C.finish(job, loaders)
-    C.emit(job, results, args)
+    results = E.fit(job, args, loaders, N.classify_step(predict(ddp), [optimizer]),
+                    lambda loader: N.accuracy(job, model, loader, predict(model)))
+    J.finish(job, loaders)
+    J.emit(job, results, args)
 
 
 if __name__ == "__main__":
-    C.run(main)
+    J.run(main)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv with pyg_dist and its test dependencies when it is missing or stale.
-# Sourced by scripts/test.sh and scripts/demo.sh. torch is pinned to the CPU build we
-# test (2.13.0): an unpinned `torch` would pull a multi-GB CUDA build.
+# Sourced by scripts/test.sh and scripts/demo.sh. torch is pinned to the version we test
+# (2.13.0): an unpinned `torch` would pull the newest, multi-GB CUDA build. On most Linux
+# hosts even torch==2.13.0 resolves to the CUDA build; PYG_DIST_TORCH_INDEX (e.g.
+# https://download.pytorch.org/whl/cpu) picks the index torch comes from.
 set -euo pipefail
 TORCH_VERSION="${PYG_DIST_TORCH_VERSION:-2.13.0}"
 PYTHON="${PYTHON:-python3}"
@@ -15,7 +17,8 @@ fi
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "[setup] installing torch==$TORCH_VERSION and pyg_dist[test] into $VENV (a minute or two)"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION"
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" \
+    ${PYG_DIST_TORCH_INDEX:+--index-url "$PYG_DIST_TORCH_INDEX"}
   "$VENV/bin/python" -m pip install -q -e ".[test]"
   echo "$want" > "$STAMP"
 fi

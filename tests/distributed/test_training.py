@@ -13,11 +13,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -88,6 +89,80 @@ def run_job(script_args: Sequence[str], nproc: int, timeout: float,
     job = wait(start(cmd, marker, extra_env), cmd, timeout, started)
     assert_no_leftovers(marker, job)
     return job
+
+
+class LiveJob:
+    """A running torchrun command whose output is read as it comes, with timestamps."""
+
+    def __init__(self, cmd: List[str], marker: str,
+                 extra_env: Optional[Dict[str, str]] = None) -> None:
+        self.cmd, self.marker = cmd, marker
+        self.started = time.monotonic()
+        self.proc = start(cmd, marker, extra_env)
+        self.lines: List[Tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    @property
+    def output(self) -> str:
+        return "".join(line for _, line in list(self.lines))
+
+    def wait_for(self, pattern: str, timeout: float) -> float:
+        """The time the first output line matching ``pattern`` appeared."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for at, line in list(self.lines):
+                if re.search(pattern, line):
+                    return at
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.1)
+        self.kill()
+        pytest.fail(f"no line matching {pattern!r} within {timeout:.0f}s:\n"
+                    f"{self.output[-12000:]}")
+
+    def kill(self) -> None:
+        """Kills torchrun's session and every process of the job (trainers may run in
+        sessions of their own)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in processes_with(self.marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # gone meanwhile
+                pass
+
+    def finish(self, timeout: float) -> Job:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.proc.wait()
+            self._reader.join(5)
+            pytest.fail(f"timed out after {timeout:.0f}s: $ {' '.join(self.cmd)}\n"
+                        f"{self.output[-12000:]}")
+        self._reader.join(10)
+        job = Job(self.cmd, self.proc.returncode, self.output,
+                  time.monotonic() - self.started)
+        assert_no_leftovers(self.marker, job)
+        return job
+
+
+def trainer_pid(marker: str, rank: int) -> int:
+    """The pid of trainer ``rank`` of the job with ``marker`` (torchrun sets RANK)."""
+    needle = f"RANK={rank}".encode()
+    for pid in processes_with(marker):
+        try:
+            if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no live trainer with RANK={rank}")
 
 
 def processes_with(marker: str) -> List[int]:
@@ -165,19 +240,61 @@ def test_two_machine_job_with_two_torchrun_commands(cora_parts):
     assert_no_leftovers(marker, jobs[0])
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_killed_rank_fails_the_job_naming_it(cora_parts, num_workers):
-    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "50", "--batch-size", "16",
+    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "1000", "--batch-size", "16",
             "--num-workers", str(num_workers), "--rpc-timeout", "20"]
-    job = run_job(args, nproc=2, timeout=90, extra_env={"PYG_DIST_EXAMPLE_DIE": "1:2"})
-    assert job.returncode != 0, job.describe()
-    assert "killing myself" in job.output, job.describe()  # the hook fired on rank 1
+    job = LiveJob(torchrun_cmd(args, nproc=2, port=free_port()), uuid.uuid4().hex)
+    job.wait_for(r"epoch\s+1 \|", timeout=90)  # both ranks are training
+    os.kill(trainer_pid(job.marker, 1), signal.SIGKILL)
+    killed = time.monotonic()
+    done = job.finish(timeout=90)
+    assert done.returncode != 0, done.describe()
     # torchrun's failure report names the lost rank and how it died
-    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", job.output), job.describe()
-    assert "SIGKILL" in job.output, job.describe()
-    assert job.seconds < 60, f"the job took {job.seconds:.0f}s to fail\n{job.describe()}"
-    assert '{"test_acc"' not in job.output, "a failed job printed results"
+    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", done.output), done.describe()
+    assert "SIGKILL" in done.output, done.describe()
+    after = time.monotonic() - killed
+    assert after < 45, f"the job took {after:.0f}s after the kill to fail\n{done.describe()}"
+    assert '{"test_acc"' not in done.output, "a failed job printed results"
+
+
+STALL_TIMEOUT_S = 15
+
+
+def _stall_and_wait(job: LiveJob, ready: str) -> Tuple[Job, float]:
+    """SIGSTOPs rank 1 once ``ready`` appeared; returns the job and the seconds from the
+    stop until torchrun saw another rank fail. (torchrun then SIGTERMs the stopped rank,
+    which cannot act on it, and SIGKILLs it after its own fixed 30 s grace period: the
+    test ends the job itself at that point.)"""
+    job.wait_for(ready, timeout=90)
+    os.kill(trainer_pid(job.marker, 1), signal.SIGSTOP)
+    stopped = time.monotonic()
+    failed_at = job.wait_for(r"Sending process \d+ closing signal SIGTERM",
+                             timeout=STALL_TIMEOUT_S + 60)
+    job.kill()
+    return job.finish(timeout=30), failed_at - stopped
+
+
+@pytest.mark.timeout(200)
+def test_a_stalled_rank_is_named_in_bounded_time_example(cora_parts):
+    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "1000", "--batch-size", "16",
+            "--rpc-timeout", str(STALL_TIMEOUT_S)]
+    job = LiveJob(torchrun_cmd(args, nproc=2, port=free_port()), uuid.uuid4().hex)
+    done, after = _stall_and_wait(job, r"epoch\s+1 \|")
+    assert re.search(r"rank 1 (has sent no heartbeat|failed)", done.output), done.describe()
+    assert after < STALL_TIMEOUT_S + 30, f"{after:.0f}s after the stop\n{done.describe()}"
+
+
+@pytest.mark.timeout(200)
+def test_a_stalled_rank_is_named_in_bounded_time_readme_loop(cora_parts, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(readme_training_loop(cora_parts[2], guarded=True, epochs=1000))
+    job = LiveJob(torchrun_cmd([], nproc=2, port=free_port(), script=script),
+                  uuid.uuid4().hex, {"PYG_DIST_RPC_TIMEOUT": str(STALL_TIMEOUT_S)})
+    done, after = _stall_and_wait(job, r"rank 0 epoch 0 loss")
+    assert re.search(r"rank 1 (has sent no heartbeat|failed)", done.output), done.describe()
+    assert after < STALL_TIMEOUT_S + 30, f"{after:.0f}s after the stop\n{done.describe()}"
 
 
 @pytest.mark.timeout(120)
@@ -190,8 +307,13 @@ def test_embedding_example_learns_cora_without_features(cora_parts, tmp_path):
     assert (result["world_size"], result["num_parts"]) == (2, 2)
     # chance is 1/7 and the majority class 0.32; the embeddings must have learnt
     assert result["test_acc"] >= 0.5, job.describe()
-    for name in ("embedding", "optimizer"):
-        assert (tmp_path / "ckpt" / name / "DONE").exists(), name
+    ckpt = tmp_path / "ckpt"  # one atomic checkpoint of the table and its optimizer
+    version = (ckpt / "LATEST").read_text().strip()
+    assert (ckpt / version / "DONE").is_file()
+    manifest = json.loads((ckpt / version / "manifest.json").read_text())
+    assert [e["name"] for e in manifest["embeddings"]] == ["node_embedding"]
+    assert [(o["kind"], o["config"]["params"]) for o in manifest["optimizers"]] == \
+        [("SparseAdam", ["node_embedding"])]
 
 
 @pytest.mark.timeout(120)
@@ -211,15 +333,15 @@ def test_other_examples_train_and_report(example, cora_parts, hetero_graph, tmp_
     assert result[metric] >= floor, job.describe()
 
 
-def readme_training_loop(partition_dir: Path, guarded: bool) -> str:
-    """The training loop of README.md, for one epoch on ``partition_dir``; without
-    its ``if __name__ == "__main__":`` guard when ``guarded`` is False."""
+def readme_training_loop(partition_dir: Path, guarded: bool, epochs: int = 1) -> str:
+    """The training loop of README.md, for ``epochs`` epochs on ``partition_dir``;
+    without its ``if __name__ == "__main__":`` guard when ``guarded`` is False."""
     text = (REPO / "README.md").read_text()
-    code = re.search(r"```python\n(import torch, torch\.distributed as dist.*?)```", text,
+    code = re.search(r"```python\n(import torch\nfrom torch\.nn\.parallel.*?)```", text,
                      re.S).group(1)
     assert '"parts/cora"' in code and "range(10)" in code, "README loop changed: update this"
-    code = code.replace('"parts/cora"', repr(str(partition_dir))).replace("range(10)",
-                                                                          "range(1)")
+    code = code.replace('"parts/cora"', repr(str(partition_dir))).replace(
+        "range(10)", f"range({epochs})")
     if not guarded:
         code = code.replace('if __name__ == "__main__":', "if True:")
     return code
