@@ -8,14 +8,16 @@ with ``WORLD_SIZE`` unset or ``1`` everything runs in this process (standalone).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist.rpc import runtime
+from pyg_dist.rpc import health, runtime
+from pyg_dist.rpc.agreement import PeerFailedError, exchange
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.runtime import RpcGroup
 
@@ -67,12 +69,8 @@ class Comm:
         return self.group.cpu_group if self.group is not None else None
 
     def all_gather_object(self, obj: Any) -> List[Any]:
-        """Every rank's ``obj``, by rank (collective)."""
-        if self.world_size == 1:
-            return [obj]
-        out: List[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self._pg)
-        return out
+        """Every rank's ``obj``, by rank (collective; a failure names lost peers)."""
+        return exchange(obj, "a distributed-tensor collective", self.world_size, self._pg)
 
     def agree(self, error: Optional[BaseException], what: str) -> None:
         """Collective: every rank learns whether ``what`` failed on any rank.
@@ -96,7 +94,8 @@ class Comm:
 
     def barrier(self) -> None:
         if self.world_size > 1:
-            dist.barrier(group=self._pg)
+            with _naming_peers("a distributed-tensor barrier"):
+                dist.barrier(group=self._pg)
 
     def exchange(self, chunks: Sequence[List[Tensor]]) -> List[List[Tensor]]:
         """All-to-all of several tensors sharing row counts (collective).
@@ -113,12 +112,23 @@ class Comm:
             return [list(kind) for kind in chunks]
         send = torch.tensor([piece.shape[0] for piece in chunks[0]], dtype=torch.long)
         recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=self._pg)
-        send_sizes, recv_sizes = send.tolist(), recv.tolist()
-        received = []
-        for kind in chunks:
-            inp = torch.cat(kind).contiguous()
-            out = inp.new_empty((sum(recv_sizes), *inp.shape[1:]))
-            dist.all_to_all_single(out, inp, recv_sizes, send_sizes, group=self._pg)
-            received.append(list(out.split(recv_sizes)))
+        with _naming_peers("a distributed-tensor all-to-all"):
+            dist.all_to_all_single(recv, send, group=self._pg)
+            send_sizes, recv_sizes = send.tolist(), recv.tolist()
+            received = []
+            for kind in chunks:
+                inp = torch.cat(kind).contiguous()
+                out = inp.new_empty((sum(recv_sizes), *inp.shape[1:]))
+                dist.all_to_all_single(out, inp, recv_sizes, send_sizes, group=self._pg)
+                received.append(list(out.split(recv_sizes)))
         return received
+
+
+@contextmanager
+def _naming_peers(what: str) -> Iterator[None]:
+    """Re-raises a failed collective as :class:`PeerFailedError` naming the peers the
+    health watchdog knows to be silent or failed."""
+    try:
+        yield
+    except RuntimeError as exc:
+        raise PeerFailedError(health.with_diagnosis(f"{what} failed ({exc})")) from exc

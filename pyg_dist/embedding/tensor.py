@@ -1,9 +1,8 @@
 """``DistTensor``: a tensor whose rows are sharded over the ranks of a job."""
 from __future__ import annotations
 
-import asyncio
 import itertools
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -12,6 +11,7 @@ from pyg_dist.embedding import shards
 from pyg_dist.embedding.comm import Comm
 from pyg_dist.embedding.layout import PartitionLike, ShardLayout, resolve_book
 from pyg_dist.partition.book import RangeBook
+from pyg_dist.rpc.routing import RemoteResponseError, fan_out, split_by_owner
 
 InitFunc = Callable[[Tuple[int, ...], torch.dtype], Tensor]
 Index = Union[int, slice, Sequence[int], Tensor]
@@ -221,48 +221,64 @@ class DistTensor:
                              f"{expected} (ids {index_shape} + row {tuple(self._shape[1:])}), "
                              f"got {tuple(values.shape)}")
 
-    def _split_by_owner(self, uniq: Tensor) -> List[Tensor]:
-        """Sorted unique ids split into one (possibly empty) chunk per owner rank."""
-        bounds = torch.searchsorted(uniq, torch.as_tensor(self.layout.offsets)).tolist()
-        return [uniq[bounds[r]:bounds[r + 1]] for r in range(self.layout.world_size)]
-
     def _read(self, ids: Tensor) -> Tensor:
         start, stop = self.local_range
         is_local = (ids >= start) & (ids < stop)
         if bool(is_local.all()):
             return self._shard.read(ids)
         local_pos, remote_pos = is_local.nonzero().view(-1), (~is_local).nonzero().view(-1)
-        # each remote id is asked for once; sorted ids come grouped by owner
+        # each remote id is asked for once
         uniq, inverse = torch.unique(ids.index_select(0, remote_pos), return_inverse=True)
-        remote = {r: c for r, c in enumerate(self._split_by_owner(uniq)) if c.numel()}
+        owners = split_by_owner(uniq, self.layout.offsets, f"DistTensor '{self._name}'")
+        out = torch.empty((ids.numel(), *self._shape[1:]), dtype=self.dtype)
+        fetched = torch.empty((uniq.numel(), *self._shape[1:]), dtype=self.dtype)
+
+        def local() -> None:
+            out.index_copy_(0, local_pos, self._shard.read(ids.index_select(0, local_pos)))
+
+        def scatter(pos: Tensor, rows: Tensor) -> None:
+            self._check_rows(rows, pos.numel())
+            fetched.index_copy_(0, pos, rows)
 
         async def fetch() -> Tensor:
             group = self._comm.group
-            futures = [group.call_async(r, "embedding.read", self._name, c)
-                       for r, c in remote.items()]
-            out = torch.empty((ids.numel(), *self._shape[1:]), dtype=self.dtype)
-            # the local gather runs while the remote requests are in flight
-            out.index_copy_(0, local_pos, self._shard.read(ids.index_select(0, local_pos)))
-            fetched = torch.cat(await asyncio.gather(*futures))
+            requests = [(pos, group.call_async(rank, "embedding.read", self._name, uniq[pos]))
+                        for rank, pos in owners]
+            await fan_out(requests, local, scatter)
             return out.index_copy_(0, remote_pos, fetched.index_select(0, inverse))
 
         return self._run(fetch())
 
+    def _check_rows(self, rows: Any, count: int) -> None:
+        """A peer's answer must be ``count`` rows of this tensor's dtype and row shape."""
+        want = (count, *self._shape[1:])
+        if not isinstance(rows, Tensor) or rows.dtype != self.dtype or \
+                tuple(rows.shape) != want:
+            got = (f"{rows.dtype} {tuple(rows.shape)}" if isinstance(rows, Tensor)
+                   else type(rows).__name__)
+            raise RemoteResponseError(f"DistTensor '{self._name}': a peer answered with {got}, "
+                                      f"expected {self.dtype} {want}")
+
     def _write(self, uniq: Tensor, values: Tensor) -> None:
-        chunks = self._split_by_owner(uniq)
-        pieces = values.split([c.numel() for c in chunks])
         me = self._comm.rank
-        remote = [r for r, c in enumerate(chunks) if r != me and c.numel()]
+        owners = split_by_owner(uniq, self.layout.offsets, f"DistTensor '{self._name}'")
+        mine = [pos for rank, pos in owners if rank == me]
+        remote = [(rank, pos) for rank, pos in owners if rank != me]
+
+        def local() -> None:
+            for pos in mine:
+                self._shard.write(uniq[pos], values[pos])
+
         if not remote:
-            self._shard.write(chunks[me], pieces[me])
+            local()
             return
 
         async def send() -> None:
             group = self._comm.group
-            futures = [group.call_async(r, "embedding.write", self._name, chunks[r],
-                                        pieces[r].contiguous()) for r in remote]
-            self._shard.write(chunks[me], pieces[me])
-            await asyncio.gather(*futures)
+            requests = [(rank, group.call_async(rank, "embedding.write", self._name, uniq[pos],
+                                                values[pos].contiguous()))
+                        for rank, pos in remote]
+            await fan_out(requests, local)
 
         self._run(send())
 

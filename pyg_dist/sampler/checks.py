@@ -17,14 +17,11 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from pyg_dist.rpc.routing import RemoteResponseError
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
-
-
-class RemoteResponseError(RuntimeError):
-    """A peer's response does not match its request or this process's schema."""
 
 
 @dataclass(frozen=True)

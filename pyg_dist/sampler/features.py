@@ -16,7 +16,6 @@ and the row-copy kernel itself refuses any copy that would leave its tensors.
 """
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -27,6 +26,7 @@ from torch import Tensor
 
 from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.checks import RowLayout, check_feature_response
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, empty_large, prefetch
@@ -39,24 +39,6 @@ Group = Union[NodeType, EdgeType]
 Rows = Union[Tensor, Tuple[int, int]]  # output rows: positions, or a range [start, stop)
 _NO_ROWS = torch.empty(0, dtype=torch.long)
 _JIT = dict(cache=True, nogil=True)
-
-
-@numba.njit(**_JIT)
-def _group_by_owner(ids, upper):
-    """Positions of ``ids`` grouped by owning range (``upper`` = range ends), stable."""
-    n, parts = ids.shape[0], upper.shape[0]
-    owner = np.searchsorted(upper, ids, side="right")
-    counts = np.zeros(parts, dtype=np.int64)
-    for i in range(n):
-        counts[owner[i]] += 1
-    at = np.zeros(parts, dtype=np.int64)
-    for p in range(1, parts):
-        at[p] = at[p - 1] + counts[p - 1]
-    order = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        order[at[owner[i]]] = i
-        at[owner[i]] += 1
-    return order, counts
 
 
 @numba.njit(**_JIT)
@@ -147,19 +129,6 @@ def _check_index(rows: Tensor, size: int, what: str) -> None:
             raise ValueError(f"{what} [{lo}, {hi}] out of range [0, {size})")
 
 
-def group_by_owner(ids: Tensor, book: RangeBook) -> Tuple[np.ndarray, np.ndarray]:
-    """Positions of ``ids`` grouped by owning partition (stable), and the count per
-    partition.
-
-    Raises:
-        ValueError: if an id lies outside the book (the kernel would index past its
-            per-partition counters).
-    """
-    book.check(ids)
-    keys = ids.detach().contiguous().numpy().astype(np.int64, copy=False)
-    return _group_by_owner(keys, book.offsets[1:].contiguous().numpy())
-
-
 @dataclass
 class _Share:
     """The ids of one request owned by one partition, and the output rows they fill."""
@@ -203,15 +172,10 @@ def _shares(ids: Tensor, book: RangeBook) -> List[_Share]:
     """Splits ``ids`` by owner (raises if an id is outside the book)."""
     if ids.numel() == 0:
         return []
-    if book.num_parts == 1:
-        book.check(ids)
-        return [_Share(0, ids, (0, ids.numel()))]
-    order, counts = group_by_owner(ids, book)
-    nonzero = [p for p, c in enumerate(counts.tolist()) if c > 0]
-    if len(nonzero) == 1:
-        return [_Share(nonzero[0], ids, (0, ids.numel()))]
-    pos = torch.from_numpy(order).split(counts.tolist())
-    return [_Share(p, ids[pos[p]], pos[p]) for p in nonzero]
+    owners = split_by_owner(ids, book.offsets, book.name)
+    if len(owners) == 1:  # all rows in order: the output rows are a range
+        return [_Share(owners[0][0], ids, (0, ids.numel()))]
+    return [_Share(part, ids[pos], pos) for part, pos in owners]
 
 
 def _split(share: _Share, rows_per_piece: int) -> List[_Share]:
@@ -268,23 +232,25 @@ class FeatureFetcher:
         jobs += [self._job("edges", t, ids, unique) for t, ids in edges.items()
                  if self.edge_attrs.get(t)]
         pending = self._send(jobs)  # remote first, then the local rows while they fly
-        for job in jobs:
-            self._allocate(job)
-            for share in job.shares:
-                if share.part == self.group.part:
-                    self._gather_local(job, share)
-        layouts = _layouts(jobs)
-        tasks = [asyncio.ensure_future(_tagged(p, p.future)) for p in pending]
-        for task in tasks:  # the first failure is raised; the others are retrieved here
-            task.add_done_callback(_retrieve)
-        for done in asyncio.as_completed(tasks):
-            sent, response = await done
+        layouts: Dict[Tuple[str, Group, str], RowLayout] = {}
+
+        def local() -> None:
+            for job in jobs:
+                self._allocate(job)
+                for share in job.shares:
+                    if share.part == self.group.part:
+                        self._gather_local(job, share)
+            layouts.update(_layouts(jobs))
+
+        def place(sent: _Pending, response: FeatureResponse) -> None:
             check_feature_response(sent.request, response, layouts,
                                    self.group.describe(sent.rank))
             for job, share in sent.pieces:
                 got = getattr(response, job.kind)[job.group]
                 for attr in job.attrs:
                     _place(job.out[attr], share.rows, got[attr], None)
+
+        await fan_out([(p, p.future) for p in pending], local, place)
         return self._result(jobs)
 
     def _job(self, kind: str, group: Group, ids: Tensor, unique: bool) -> _Job:
@@ -375,14 +341,3 @@ def _layouts(jobs: List[_Job]) -> Dict[Tuple[str, Group, str], RowLayout]:
     """Row shape and dtype of every attribute fetched (as allocated for the output)."""
     return {(job.kind, job.group, attr): RowLayout(tuple(out.shape[1:]), out.dtype)
             for job in jobs for attr, out in job.out.items()}
-
-
-async def _tagged(tag: _Pending, fut: object) -> Tuple[_Pending, object]:
-    return tag, await fut  # type: ignore[misc]
-
-
-def _retrieve(task: "asyncio.Task") -> None:
-    """Marks a request's failure as seen: once one request fails, :meth:`fetch` raises
-    and nobody awaits the rest (asyncio would log each of their errors)."""
-    if not task.cancelled():
-        task.exception()

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_dist.rpc import callee, gather_all, served
+from pyg_dist.rpc import callee, served
+from pyg_dist.rpc.routing import fan_out
 from pyg_dist.sampler.checks import RemoteResponseError
 from pyg_dist.sampler.types import LinkSeeds, SampledBatch
 from pyg_dist.typing import EdgeType, NodeType
@@ -54,16 +55,20 @@ def _serve_has_edges(edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
 
 async def _edge_mask(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Tensor,
                      dst: Tensor) -> Tensor:
+    """Which ``(src, dst)`` pairs are edges, asked of the partitions owning ``dst``."""
     out = torch.zeros(src.numel(), dtype=torch.bool)
-    futures, positions = [], []
-    for part, pos in sampler._by_owner(edge_type[2], dst):
-        if part == sampler.group.part:
-            out[pos] = has_edges(sampler.local, edge_type, src[pos], dst[pos])
-            continue
-        futures.append(sampler.group.call_async(sampler.group.route(part), "sampler.has_edges",
-                                                edge_type, src[pos], dst[pos]))
-        positions.append(pos)
-    for pos, mask in zip(positions, await gather_all(*futures)):
+    owners = sampler._by_owner(edge_type[2], dst)
+    group = sampler.group
+    requests = [(pos, group.call_async(group.route(part), "sampler.has_edges", edge_type,
+                                       src[pos], dst[pos]))
+                for part, pos in owners if part != group.part]
+
+    def local() -> None:
+        for part, pos in owners:
+            if part == group.part:
+                out[pos] = has_edges(sampler.local, edge_type, src[pos], dst[pos])
+
+    def scatter(pos: Tensor, mask: Tensor) -> None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool or \
                 tuple(mask.shape) != (pos.numel(),):
             raise RemoteResponseError(f"a peer answered 'sampler.has_edges' for {pos.numel()} "
@@ -71,6 +76,8 @@ async def _edge_mask(sampler: "DistNeighborSampler", edge_type: EdgeType, src: T
                                       f"{getattr(mask, 'dtype', '')} "
                                       f"{tuple(getattr(mask, 'shape', ()))}")
         out[pos] = mask
+
+    await fan_out(requests, local, scatter)
     return out
 
 

@@ -16,7 +16,7 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.event_loop import gather_all
+from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_state import HopState
@@ -134,27 +134,29 @@ class DistNeighborSampler(BaseSampler):
 
     def _by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]:
         """``(partition, positions)`` pairs covering ``ids``."""
-        if self.meta.num_parts == 1:
-            return [(0, torch.arange(ids.numel()))]
-        owner = self.graph.node_book(node_type).owner(ids, check=False)
-        order = torch.argsort(owner, stable=True)
-        counts = torch.bincount(owner, minlength=self.meta.num_parts).tolist()
-        return [(p, pos) for p, pos in enumerate(torch.split(order, counts)) if pos.numel()]
+        book = self.graph.node_book(node_type)
+        return split_by_owner(ids, book.offsets, book.name)
 
     async def _run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]]
                        ) -> Dict[int, HopResponse]:
         """Remote requests first (all in flight), the local part meanwhile; every remote
         response is checked against its request before use."""
         me = self.group.part
-        ranks = {p: self.group.route(p) for p in plan if p != me}
-        futures = [self.group.call_async(r, "sampler.hop", plan[p][0]) for p, r in ranks.items()]
-        responses = {}
-        if me in plan:
-            responses[me] = self.local.hop(plan[me][0])
-        for (part, rank), resp in zip(ranks.items(), await gather_all(*futures)):
-            check_hop_response(plan[part][0], resp, self.meta.num_nodes,
-                               self.group.describe(rank), num_edges=self.meta.num_edges)
-            responses[part] = resp
+        sent = [((p, self.group.route(p)), req) for p, (req, _) in plan.items() if p != me]
+        requests = [(tag, self.group.call_async(tag[1], "sampler.hop", req))
+                    for tag, req in sent]
+        responses: Dict[int, HopResponse] = {}
+
+        def local() -> None:
+            if me in plan:
+                responses[me] = self.local.hop(plan[me][0])
+
+        def check(tag: Tuple[int, int], resp: HopResponse) -> None:
+            check_hop_response(plan[tag[0]][0], resp, self.meta.num_nodes,
+                               self.group.describe(tag[1]), num_edges=self.meta.num_edges)
+            responses[tag[0]] = resp
+
+        await fan_out(requests, local, check)
         return responses
 
     def _merge(self, state: HopState, plan: Dict[int, Tuple[HopRequest, List[tuple]]],

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from pyg_dist.partition.book import RangeBook
+from pyg_dist.rpc import routing
 from pyg_dist.sampler import features, kernels
 from pyg_dist.sampler.node_index import NodeIndex
 
@@ -70,8 +70,7 @@ def _sampling_kernels() -> None:
 def _feature_kernels() -> None:
     """Owner grouping, and row copies of every word width rows are copied in
     (int64, int32, and bytes for rows whose size is not a multiple of 4)."""
-    book = RangeBook([0, 3, 6], "warm-up ids")
-    features.group_by_owner(torch.tensor([4, 0, 5, 1]), book)
+    routing.split_by_owner(torch.tensor([4, 0, 5, 1]), [0, 3, 6])
     rows = torch.tensor([2, 0])
     for dtype, width in ((torch.int64, 1), (torch.float32, 1), (torch.uint8, 3)):
         out = torch.zeros(3, width, dtype=dtype)
