@@ -122,7 +122,7 @@ class Watchdog:
 
     def state(self, rank: int) -> str:
         """``done``, the error a rank reported, or ``""`` (still running)."""
-        if rank not in self.states:
+        if rank not in self.states and self.store is not None:
             key = f"{rank}/state"
             try:
                 if self.store.check([key]):
@@ -163,6 +163,8 @@ class Watchdog:
             self.store.set(f"{self.rank}/state", state[:2000])
         except Exception:  # the store is gone already: the peers know
             pass
+        if not self._thread.is_alive():  # close the connection now, not at exit
+            self.store = None  # type: ignore[assignment]
 
 
 _WATCHDOG: Optional[Watchdog] = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
 from pyg_dist.rpc.registry import RemoteFailure, dispatch, run_local
+
+log = logging.getLogger("pyg_dist")
 
 _SCHEME = "pygdist"
 _LOCK = threading.Lock()
@@ -270,9 +273,25 @@ def ensure_process_group(ctx: DistContext) -> Any:
     init_process_group("gloo", ctx)
     default = dist.distributed_c10d._get_default_group()
     if _CPU_GROUP.get("default") is not default:  # a new default group: a new own group
+        if not _CPU_GROUP:
+            atexit.register(_destroy_cpu_group)
         _CPU_GROUP.update(default=default, group=dist.new_group(
             backend="gloo", timeout=timedelta(seconds=ctx.rpc_timeout)))
     return _CPU_GROUP["group"]
+
+
+def _destroy_cpu_group() -> None:
+    """Destroys pyg_dist's own gloo group at exit, while the interpreter is whole (a
+    group left to static destructors can abort the process as it exits)."""
+    group = _CPU_GROUP.pop("group", None)
+    default = _CPU_GROUP.pop("default", None)
+    if group is None or not dist.is_initialized() or \
+            dist.distributed_c10d._get_default_group() is not default:
+        return  # the user destroyed the default group, and ours with it
+    try:
+        dist.destroy_process_group(group)
+    except (RuntimeError, ValueError) as exc:  # exiting: nothing left to tell
+        log.debug("pyg_dist: destroying its gloo group at exit failed: %s", exc)
 
 
 def _join(state: RpcGroup, trainers: bool) -> None:

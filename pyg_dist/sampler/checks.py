@@ -221,19 +221,25 @@ def check_csc(indptr: Tensor, indices: Tensor) -> None:
                                 _stamp(indptr, indices))
 
 
+def check_index(rows: Tensor, size: int, what: str) -> None:
+    """Raises :class:`ValueError` unless ``rows`` is a 1-D integer tensor with every
+    value in ``[0, size)`` (one vectorised pass)."""
+    dtype = rows.dtype
+    if rows.dim() != 1 or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise ValueError(f"{what} must be a 1-D integer tensor, got {dtype} of shape "
+                         f"{tuple(rows.shape)}")
+    if rows.numel():
+        lo, hi = (int(v) for v in torch.aminmax(rows))
+        if lo < 0 or hi >= size:
+            raise ValueError(f"{what} must lie in [0, {size}), got [{lo}, {hi}]")
+
+
 def check_sample_args(rows: int, num_edges: int, seeds: Tensor, fanout: int,
                       weights: Optional[Tensor], edge_time: Optional[Tensor],
                       seed_time: Optional[Tensor], strategy: str) -> None:
     """Raises :class:`ValueError` unless the per-call arguments of a sampling kernel
     fit a CSC of ``rows`` rows and ``num_edges`` edges (O(seeds))."""
-    if seeds.dim() != 1 or seeds.dtype.is_floating_point or seeds.dtype.is_complex \
-            or seeds.dtype == torch.bool:
-        raise ValueError(f"seeds must be a 1-D integer tensor, got {seeds.dtype} of shape "
-                         f"{tuple(seeds.shape)}")
-    if seeds.numel():
-        lo, hi = (int(v) for v in torch.aminmax(seeds))
-        if lo < 0 or hi >= rows:
-            raise ValueError(f"seed rows must lie in [0, {rows}), got [{lo}, {hi}]")
+    check_index(seeds, rows, "seeds")
     if int(fanout) < -1:
         raise ValueError(f"fanout must be -1 (all) or >= 0, got {fanout}")
     for name, t in (("weights", weights), ("edge_time", edge_time)):

@@ -28,7 +28,7 @@ from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
-from pyg_dist.sampler.checks import RowLayout, check_feature_response
+from pyg_dist.sampler.checks import RowLayout, check_feature_response, check_index
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, empty_large, prefetch
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.node_index import NodeIndex
@@ -106,27 +106,17 @@ def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Ten
         raise ValueError("rows are copied between CPU tensors into a contiguous output")
     n = src.size(0) if src_rows is None else src_rows.numel()
     if src_rows is not None:
-        _check_index(src_rows, src.size(0), "source rows")
+        check_index(src_rows, src.size(0), "source rows")
     if isinstance(out_rows, tuple):
         lo, hi = int(out_rows[0]), int(out_rows[1])
         if lo < 0 or hi > out.size(0) or hi < lo:
             raise ValueError(f"output rows [{lo}, {hi}) out of range [0, {out.size(0)})")
         count = hi - lo
     else:
-        _check_index(out_rows, out.size(0), "output rows")
+        check_index(out_rows, out.size(0), "output rows")
         count = out_rows.numel()
     if count != n:
         raise ValueError(f"{n} rows to copy into {count} output rows")
-
-
-def _check_index(rows: Tensor, size: int, what: str) -> None:
-    if rows.dim() != 1 or rows.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{what} must be a 1-D integer tensor, got {rows.dtype} "
-                         f"of shape {tuple(rows.shape)}")
-    if rows.numel():
-        lo, hi = (int(v) for v in torch.aminmax(rows))
-        if lo < 0 or hi >= size:
-            raise ValueError(f"{what} [{lo}, {hi}] out of range [0, {size})")
 
 
 @dataclass

@@ -52,7 +52,9 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
            results: "mp.Queue[_Outcome]", timeout: float) -> None:
     os.environ.update(env)
     rank = int(env["RANK"])
-    # dump every thread's stack shortly before the parent gives up on us
+    # every thread's stack on a crash (SIGSEGV, SIGABRT, ...), and shortly before the
+    # parent gives up on us
+    faulthandler.enable(all_threads=True)
     faulthandler.dump_traceback_later(max(timeout - 5, 1), exit=False)
     try:
         value = fn(*args)
@@ -65,10 +67,19 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
         results.join_thread()  # flush before the hard exit below
         sys.stderr.flush()
         os._exit(1)
+    _leave_process_group()
     # plain pickle: tensors travel by value, not as shared-memory handles that die with us
     results.put(_Outcome(rank, True, value=pickle.dumps(value)))
     results.close()
     results.join_thread()
+
+
+def _leave_process_group() -> None:
+    """Destroys the process group ``fn`` left initialised, as a training script ends."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,

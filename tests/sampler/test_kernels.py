@@ -106,7 +106,7 @@ def test_temporal_never_newer_than_seed(strategy):
 
 def test_bad_inputs_raise():
     indptr, indices = _csc()
-    with pytest.raises(ValueError, match=r"seed rows must lie in \[0, 50\)"):
+    with pytest.raises(ValueError, match=r"seeds must lie in \[0, 50\)"):
         sample_one_hop(indptr, indices, torch.tensor([50]), 5, False, 0)
     with pytest.raises(ValueError, match="fanout must be -1"):
         sample_one_hop(indptr, indices, torch.tensor([0]), -2, False, 0)
@@ -195,8 +195,8 @@ def test_bad_indices_seeds_and_edge_arrays_are_rejected():
         (dict(indices=torch.arange(10).view(2, 5)), "indices must be a 1-D"),
         (dict(indices=torch.arange(10).float()), "indices must be a 1-D"),
         (dict(seeds=torch.tensor([0.0, 1.0])), "seeds must be a 1-D integer"),
-        (dict(seeds=torch.tensor([-1])), r"seed rows must lie in \[0, 2\)"),
-        (dict(seeds=torch.tensor([2**40])), r"seed rows must lie in \[0, 2\)"),
+        (dict(seeds=torch.tensor([-1])), r"seeds must lie in \[0, 2\)"),
+        (dict(seeds=torch.tensor([2**40])), r"seeds must lie in \[0, 2\)"),
         (dict(edge_time=torch.zeros(9, dtype=torch.long), seed_time=torch.zeros(2)),
          "edge_time has 9 values"),
         (dict(edge_time=torch.zeros(10, dtype=torch.long), seed_time=torch.zeros(3)),
