@@ -14,7 +14,11 @@ from typing import List, NoReturn, Optional, Union
 
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets.loading import PLANETOID, load_graph_file, load_planetoid
+from pyg_dist.datasets.by_name import CHOICES, load_named
+from pyg_dist.datasets.errors import MissingDependencyError
+from pyg_dist.datasets.loading import load_graph_file
+from pyg_dist.datasets.pyg_extras import (ExtrasLayout, extras_layout, labelled_node_type,
+                                          write_pyg_extras)
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.partition.partitioner import Partitioner
@@ -51,9 +55,13 @@ def check_numbers(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pyg-dist-partition",
                 description="Partition a graph for pyg_dist (METIS or random).")
-    p.add_argument("--dataset", required=True,
-                   help="Cora, CiteSeer, PubMed, synthetic, or a saved Data/HeteroData .pt file")
-    p.add_argument("--root", default=None, help="folder holding <Name>/raw/ind.* for Planetoid")
+    p.add_argument("--dataset", required=True, help=CHOICES)
+    p.add_argument("--root", default=None,
+                   help="the dataset folder, as the dataset's own loader takes it (Planetoid: "
+                        "holding <Name>/raw/ind.*; PyG classes: holding raw/; OGB: holding "
+                        "ogbn_<name>/)")
+    p.add_argument("--download", action="store_true",
+                   help="download missing dataset files (default: error naming them)")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--out", required=True, help="output partition folder")
     p.add_argument("--method", choices=["metis", "random"], default="metis")
@@ -64,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--pyg-extras", action="store_true",
+                   help="also write torch_geometric.distributed's <name>-label/label.pt and "
+                        "<name>-<split>-partitions/partition<i>.pt beside --out (in pyg_dist's "
+                        "relabelled node ids)")
+    p.add_argument("--pyg-extras-type", default=None, metavar="TYPE",
+                   help="the labelled node type the extras describe (heterogeneous graphs "
+                        "with several labelled types)")
     g = p.add_argument_group("synthetic graph")
     g.add_argument("--num-nodes", type=int, default=100_000)
     g.add_argument("--avg-degree", type=float, default=20.0)
@@ -76,16 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
 def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
     """The graph ``--dataset`` names; raises :class:`UsageError` on bad input."""
     name = args.dataset
-    if name.lower() in PLANETOID:
-        if args.root is None:
-            raise UsageError(f"--root is required for {name} (the folder holding "
-                             f"{PLANETOID[name.lower()]}/raw)")
-        if not Path(args.root).is_dir():
-            raise UsageError(f"--root {args.root} does not exist")
-        try:
-            return load_planetoid(args.root, name)
-        except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from exc
     if name.lower() == "synthetic":
         if args.hetero:
             return hetero_community_graph(args.num_nodes, avg_degree=args.avg_degree / 2,
@@ -93,13 +98,27 @@ def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
                                           seed=args.seed)
         return community_graph(args.num_nodes, args.avg_degree, args.feat_dim,
                                args.num_classes, seed=args.seed)
-    if Path(name).suffix == ".pt" or Path(name).is_file():
-        try:
-            return load_graph_file(name)
-        except (FileNotFoundError, ValueError) as exc:
-            raise UsageError(str(exc)) from exc
-    raise UsageError(f"unknown dataset '{name}' (choose Cora, CiteSeer, PubMed, synthetic, "
-                     f"or a path to a saved .pt graph)")
+    try:
+        if Path(name).suffix == ".pt" or Path(name).is_file():
+            return load_graph_file(name)  # ValueError: cannot be loaded safely
+        return load_named(name, args.root, download=args.download)
+    except (FileNotFoundError, ValueError, MissingDependencyError,
+            NotImplementedError) as exc:  # one line each, naming what to do
+        raise UsageError(str(exc)) from exc
+
+
+def prepare_extras(args: argparse.Namespace) -> Optional[ExtrasLayout]:
+    """Where ``--pyg-extras`` writes; refuses files of an earlier run unless --overwrite."""
+    if not args.pyg_extras:
+        if args.pyg_extras_type is not None:
+            raise UsageError("--pyg-extras-type needs --pyg-extras")
+        return None
+    layout = extras_layout(args.out, args.dataset)
+    existing = layout.existing()
+    if existing and not args.overwrite:
+        raise UsageError(f"--pyg-extras: {existing[0]} exists (pass --overwrite to replace "
+                         f"the files of {layout.name} in {layout.parent})")
+    return layout
 
 
 def summary_table(meta: PartitionMeta) -> str:
@@ -122,20 +141,28 @@ def run(argv: Optional[List[str]] = None) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
+    layout = prepare_extras(args)
     start = time.perf_counter()
     with step(f"loading {args.dataset}", enabled=not args.quiet):
         data = load_dataset(args)
     try:
+        extras_type = labelled_node_type(data, args.pyg_extras_type) if layout else None
         partitioner = Partitioner(data, args.num_parts, out, method=args.method, seed=args.seed,
                                   overwrite=args.overwrite, progress=not args.quiet,
                                   coarsen=args.coarsen)
-    except ValueError as exc:
+    except ValueError as exc:  # DatasetError included
         raise UsageError(str(exc)) from exc
     meta = partitioner.generate()
+    del data, partitioner
     total = time.perf_counter() - start
     print(f"partitioned {args.dataset} into {meta.num_parts} part(s) with {meta.method} "
           f"in {total:.1f}s -> {out} (uid {meta.uid})")
     print(summary_table(meta))
+    if layout is not None:
+        with step("writing PyG-style extras", enabled=not args.quiet):
+            written = write_pyg_extras(out, layout, extras_type)
+        print(f"wrote {written.label_file} and partition<i>.pt files for split(s) "
+              f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
     return 0
 
 

@@ -35,7 +35,8 @@ def load_planetoid(root: Union[str, Path], name: str) -> Data:
         path = raw / f"ind.{canonical.lower()}.{suffix}"
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: expected PyG's Planetoid raw layout "
-                                    f"{Path(root)}/{canonical}/raw/ind.{canonical.lower()}.*")
+                                    f"{Path(root)}/{canonical}/raw/ind.{canonical.lower()}.* "
+                                    f"(or pass --download to fetch it)")
     return read_planetoid_data(str(raw), canonical.lower())
 
 

@@ -1,0 +1,108 @@
+"""``pyg-dist-partition --pyg-extras``: torch_geometric.distributed's label and split files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyg_dist.cli.partition import main
+from pyg_dist.datasets.pyg_extras import extras_layout
+from pyg_dist.partition import io
+
+
+def _load(path: Path) -> torch.Tensor:
+    return torch.load(path, weights_only=True)
+
+
+def _cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple:
+    code = main(list(argv) + ["--quiet"])
+    return code, capsys.readouterr().err.strip()
+
+
+def _partition_cora(capsys, planetoid_root: Path, out: Path, parts: int, *extra: str) -> None:
+    code, err = _cli(capsys, "--dataset", "Cora", "--root", str(planetoid_root), "--num-parts",
+                     str(parts), "--out", str(out), "--pyg-extras", *extra)
+    assert code == 0, err
+
+
+def test_cora_extras_in_pyg_dist_ids(cora, planetoid_root: Path, tmp_path: Path,
+                                     capsys) -> None:
+    out = tmp_path / "Cora-partitions"
+    _partition_cora(capsys, planetoid_root, out, 2)
+    meta = io.read_meta(out)
+    node_map = _load(out / io.NODE_MAP_FILE)
+    label = _load(tmp_path / "Cora-label" / "label.pt")
+    assert label.shape == (cora.num_nodes,) and label.dtype == cora.y.dtype
+    assert torch.equal(label, cora.y[node_map])  # label[new] == y[node_map[new]]
+    old_to_new = torch.empty_like(node_map)
+    old_to_new[node_map] = torch.arange(node_map.numel())
+    offsets = meta.node_offsets["_N"]
+    for split in ("train", "val", "test"):
+        files = [tmp_path / f"Cora-{split}-partitions" / f"partition{p}.pt" for p in range(2)]
+        ids = [_load(f) for f in files]
+        for part, part_ids in enumerate(ids):
+            assert part_ids.dtype == torch.long and part_ids.dim() == 1
+            assert bool(((part_ids >= offsets[part]) & (part_ids < offsets[part + 1])).all())
+        expected = old_to_new[torch.nonzero(cora[f"{split}_mask"]).view(-1)]
+        assert sorted(torch.cat(ids).tolist()) == sorted(expected.tolist())
+
+
+def test_rerun_refuses_then_overwrites_and_drops_stale_files(planetoid_root: Path,
+                                                             tmp_path: Path, capsys) -> None:
+    out = tmp_path / "parts"  # no -partitions suffix: files are named after the dataset
+    _partition_cora(capsys, planetoid_root, out, 3)
+    train_dir = tmp_path / "Cora-train-partitions"
+    assert sorted(p.name for p in train_dir.iterdir()) == [f"partition{i}.pt" for i in range(3)]
+    (tmp_path / "elsewhere").mkdir()
+    code, err = _cli(capsys, "--dataset", "Cora", "--root", str(planetoid_root),
+                     "--num-parts", "2", "--out", str(tmp_path / "elsewhere" / ".." / "p2"),
+                     "--pyg-extras")
+    assert code == 2 and "label.pt exists" in err and "--overwrite" in err, err
+    assert not (tmp_path / "p2").exists()
+    _partition_cora(capsys, planetoid_root, out, 2, "--overwrite")
+    assert sorted(p.name for p in train_dir.iterdir()) == ["partition0.pt", "partition1.pt"]
+    node_map = _load(out / io.NODE_MAP_FILE)
+    offsets = io.read_meta(out).node_offsets["_N"]
+    assert int(_load(train_dir / "partition1.pt").min()) >= offsets[1]
+    assert _load(tmp_path / "Cora-label" / "label.pt").numel() == node_map.numel()
+
+
+def test_hetero_extras_describe_the_labelled_type(tmp_path: Path, capsys) -> None:
+    base = ["--dataset", "synthetic", "--hetero", "--num-nodes", "300", "--avg-degree", "4",
+            "--feat-dim", "4", "--num-parts", "2"]
+    out = tmp_path / "hs-partitions"
+    code, err = _cli(capsys, *base, "--out", str(out), "--pyg-extras")
+    assert code == 0, err
+    node_map = _load(out / io.NODE_MAP_FILE)["paper"]
+    label = _load(tmp_path / "hs-label" / "label.pt")
+    assert label.numel() == node_map.numel() == io.read_meta(out).num_nodes["paper"]
+    code, err = _cli(capsys, *base, "--out", str(tmp_path / "o2"), "--pyg-extras",
+                     "--pyg-extras-type", "author")
+    assert code == 2 and "--pyg-extras-type author" in err and "'paper'" in err, err
+    assert not (tmp_path / "o2").exists()  # refused before partitioning
+
+
+def test_extras_usage_errors(planetoid_root: Path, tmp_path: Path, capsys, cora) -> None:
+    cases = [
+        (["--pyg-extras-type", "paper"], "--pyg-extras-type needs --pyg-extras"),
+        (["--pyg-extras", "--pyg-extras-type", "paper"], "applies to heterogeneous graphs"),
+    ]
+    for extra, message in cases:
+        code, err = _cli(capsys, "--dataset", "Cora", "--root", str(planetoid_root),
+                         "--num-parts", "2", "--out", str(tmp_path / "o"), *extra)
+        assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    unlabelled = tmp_path / "unlabelled.pt"
+    torch.save({"edge_index": cora.edge_index, "x": cora.x}, unlabelled)
+    code, err = _cli(capsys, "--dataset", str(unlabelled), "--num-parts", "2",
+                     "--out", str(tmp_path / "o"), "--pyg-extras")
+    assert code == 2 and "needs node labels y" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_layout_names(tmp_path: Path) -> None:
+    assert extras_layout(tmp_path / "ogbn-products-partitions", "x").name == "ogbn-products"
+    assert extras_layout(tmp_path / "parts", "Reddit").name == "Reddit"
+    assert extras_layout(tmp_path / "parts", str(tmp_path / "g.pt")).name == "g"
+    assert extras_layout(tmp_path / "-partitions", "Cora").name == "Cora"
+    assert extras_layout(tmp_path / "a-partitions", "Cora").parent == tmp_path
