@@ -1,19 +1,20 @@
-"""Assigning nodes to partitions: METIS (via pymetis) or balanced random."""
+"""Assigning nodes to partitions: METIS (via pymetis), balanced random, or given."""
 from __future__ import annotations
 
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
 from pyg_dist.partition.coarsen import cluster, contract, refine
 from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
-from pyg_dist.typing import NodeType
+from pyg_dist.typing import HOMO_NODE, NodeType
 
-METHODS = ("metis", "random")
+METHODS = ("metis", "random", "given")
 CLUSTERS_PER_PART = 256  # with coarsen: the size cap keeps at least this many per part
 # METIS's peak working memory per byte of int64 adjacency it is given, measured with
 # this pymetis build (64-bit indices): 7.6 GiB for a 1 GiB adjacency (124M entries).
@@ -58,20 +59,85 @@ class Assignment:
 
 
 def assign(tables: GraphTables, num_parts: int, method: str, seed: int,
-           coarsen: Optional[bool] = None) -> Assignment:
+           coarsen: Optional[bool] = None, recursive: Optional[bool] = None,
+           given: Any = None) -> Assignment:
     """Returns the partition of every node, per node type (see :class:`Assignment`).
 
     ``coarsen`` (METIS only): partition a label-propagation clustering of the graph
     instead of the graph itself (see :mod:`pyg_dist.partition.coarsen`); ``None``
     does so only when plain METIS would not fit in the available memory.
+    ``recursive`` (METIS only): ``True`` recursive bisection, ``False`` multilevel
+    k-way, ``None`` pymetis's choice (recursive bisection up to 8 parts, k-way above).
+    ``given`` (method ``"given"``): the assignment to use as is, checked by
+    :func:`check_given`.
     """
     if method not in METHODS:
         raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
+    if method == "given":
+        return Assignment(check_given(tables, num_parts, given))
     if num_parts == 1:
         return Assignment({t: np.zeros(n, dtype=np.int64) for t, n in tables.num_nodes.items()})
     if method == "random":
         return Assignment(random_assign(tables, num_parts, seed))
-    return metis_assign(tables, num_parts, seed, coarsen)
+    return metis_assign(tables, num_parts, seed, coarsen, recursive)
+
+
+def check_given(tables: GraphTables, num_parts: int, given: Any) -> Dict[NodeType, np.ndarray]:
+    """Checks a given assignment and returns it as int64 arrays per node type.
+
+    Args:
+        tables (GraphTables): the graph.
+        num_parts (int): number of partitions.
+        given (Tensor or dict): the partition id of every node: a 1-d integer tensor
+            (or array) for a homogeneous graph, a dict of them by node type for a
+            heterogeneous one.
+
+    Raises:
+        ValueError: naming the problem: a missing or unknown node type, a wrong
+            length or dtype, an id outside ``[0, num_parts)``, or an empty partition.
+    """
+    if given is None:
+        raise ValueError("method='given' needs assignment= (the partition id of every node)")
+    if tables.is_hetero != isinstance(given, Mapping):
+        want = "a dict of tensors by node type" if tables.is_hetero else "a tensor"
+        raise ValueError(f"assignment must be {want} for a "
+                         f"{'HeteroData' if tables.is_hetero else 'Data'} graph, "
+                         f"got {type(given).__name__}")
+    given = dict(given) if tables.is_hetero else {HOMO_NODE: given}
+    missing = [t for t in tables.num_nodes if t not in given]
+    unknown = [t for t in given if t not in tables.num_nodes]
+    if missing:
+        raise ValueError(f"assignment lacks node type '{missing[0]}'")
+    if unknown:
+        raise ValueError(f"assignment has node type '{unknown[0]}', which the graph lacks")
+    parts = {t: _given_parts(t, given[t], n, num_parts, tables.is_hetero)
+             for t, n in tables.num_nodes.items()}
+    counts = sum(np.bincount(p, minlength=num_parts) for p in parts.values())
+    empty = np.flatnonzero(counts == 0)
+    if empty.size:
+        raise ValueError(f"partition {int(empty[0])} of the given assignment is empty "
+                         f"(every partition must own at least one node)")
+    return parts
+
+
+def _given_parts(node_type: NodeType, value: Any, num_nodes: int, num_parts: int,
+                 is_hetero: bool) -> np.ndarray:
+    """One node type's given partition ids, checked (see :func:`check_given`)."""
+    where = f" of node type '{node_type}'" if is_hetero else ""
+    try:
+        value = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"assignment{where} must be a tensor of partition ids: {exc}") from exc
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise ValueError(f"assignment{where} must be an integer tensor, got {value.dtype}")
+    if value.dim() != 1 or value.numel() != num_nodes:
+        raise ValueError(f"assignment{where} must be 1-d with one entry per node "
+                         f"({num_nodes} nodes), got shape {tuple(value.shape)}")
+    parts = value.cpu().numpy().astype(np.int64)
+    if parts.size and (parts.min() < 0 or parts.max() >= num_parts):
+        raise ValueError(f"assignment{where} holds partition ids outside [0, {num_parts}) "
+                         f"(e.g. {int(parts[(parts < 0) | (parts >= num_parts)][0])})")
+    return parts
 
 
 def _type_offsets(tables: GraphTables) -> Dict[NodeType, int]:
@@ -90,7 +156,8 @@ def _train_mask(tables: GraphTables, node_type: NodeType) -> np.ndarray:
 
 
 def metis_assign(tables: GraphTables, num_parts: int, seed: int,
-                 coarsen: Optional[bool] = None) -> Assignment:
+                 coarsen: Optional[bool] = None, recursive: Optional[bool] = None
+                 ) -> Assignment:
     """METIS on the symmetrised homogeneous view of all node and edge types.
 
     Vertex weights carry one constraint per node type (each type is balanced on its
@@ -100,7 +167,8 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
     of the nodes each; edge weights count the edges they bundle) and every node
     follows its cluster: far less memory and time on large graphs, a somewhat larger
     cut. Phases then include ``"coarsen"``. ``coarsen=None`` decides by memory
-    (:func:`should_coarsen`) and warns when it coarsens.
+    (:func:`should_coarsen`) and warns when it coarsens. ``recursive`` picks METIS's
+    algorithm (see :func:`assign`).
     """
     phases, start = {}, time.perf_counter()
     offsets = _type_offsets(tables)
@@ -120,12 +188,12 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
         coarse = contract(xadj, adjncy, labels, k, weights)
         del weights
         phases["coarsen"], start = time.perf_counter() - start, time.perf_counter()
-        parts = _part_graph(num_parts, seed, *coarse)[labels]
+        parts = _part_graph(num_parts, seed, *coarse, recursive=recursive)[labels]
         del coarse, labels
         phases["metis"], start = time.perf_counter() - start, time.perf_counter()
         refine(parts, xadj, adjncy, group, train, num_parts)
     else:
-        parts = _part_graph(num_parts, seed, xadj, adjncy, None, weights)
+        parts = _part_graph(num_parts, seed, xadj, adjncy, None, weights, recursive)
         del weights
         phases["metis"], start = time.perf_counter() - start, time.perf_counter()
     balance_nodes(parts, [group == i for i in range(len(tables.num_nodes))], xadj, adjncy,
@@ -151,15 +219,20 @@ def _coarsen_for_memory(adjacency_bytes: int) -> bool:
 
 
 def _part_graph(num_parts: int, seed: int, xadj: np.ndarray, adjncy: np.ndarray,
-                edge_weights: Optional[np.ndarray], vertex_weights: np.ndarray) -> np.ndarray:
-    """``pymetis.part_graph`` (int64 arrays, read in place): the part of every vertex."""
+                edge_weights: Optional[np.ndarray], vertex_weights: np.ndarray,
+                recursive: Optional[bool] = None) -> np.ndarray:
+    """``pymetis.part_graph`` (int64 arrays, read in place): the part of every vertex.
+
+    ``recursive``: ``True`` recursive bisection, ``False`` k-way, ``None`` pymetis's
+    default (recursive bisection up to 8 parts, k-way above).
+    """
     import pymetis
 
     options = pymetis.Options()
     options.seed = seed
     _, parts = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy),
                                   vweights=vertex_weights.reshape(-1), eweights=edge_weights,
-                                  options=options)
+                                  options=options, recursive=recursive)
     return np.asarray(parts, dtype=np.int64)
 
 

@@ -1,6 +1,6 @@
 """Splitting a ``Data``/``HeteroData`` into ``num_parts`` partition folders (format v1).
 
-Steps: assign nodes to partitions (METIS or random) -> relabel ids so each
+Steps: assign nodes to partitions (METIS, random, or a given assignment) -> relabel ids so each
 partition owns one contiguous range per node type -> order each edge type by new
 destination id (CSC; an edge belongs to the partition owning its destination, and
 edge ids are relabelled to that order) -> hash the id maps and META's defining fields
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.partition import io
-from pyg_dist.partition.assign import METHODS, assign
+from pyg_dist.partition.assign import METHODS, assign, check_given
 from pyg_dist.partition.identity import partition_uid
 from pyg_dist.partition.kernels import csc_order, gather_sources, outside_nodes
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
@@ -97,7 +97,10 @@ class Partitioner:
             boolean ``<split>_mask`` node attributes also become per-partition id lists.
         num_parts (int): number of partitions (``1`` = standalone mode).
         root (str or Path): output folder; must be absent or empty unless ``overwrite``.
-        method (str): ``"metis"`` (default) or ``"random"``.
+        method (str or bool): ``"metis"`` (default), ``"random"``, or ``"given"``
+            (use ``assignment`` as is). A bool here is taken as ``recursive``, so
+            ``torch_geometric.distributed`` scripts calling
+            ``Partitioner(data, num_parts, root, recursive)`` run unchanged.
         seed (int): seed for METIS and for the random assignment.
         overwrite (bool): replace an existing non-empty ``root``.
         halo_attrs (Iterable[str]): node attributes whose values are also stored for
@@ -109,19 +112,33 @@ class Partitioner:
             needs about 8 times the adjacency); the cut is similar or a little larger.
             ``None`` (default): only when plain METIS would not fit in the memory
             available (a warning says so).
+        recursive (bool, optional): METIS's algorithm, as in
+            ``torch_geometric.distributed.Partitioner``: ``True`` multilevel recursive
+            bisection (META's ``method`` reads ``"metis-recursive"``), ``False``
+            multilevel k-way (``"metis-kway"``). ``None`` (default) keeps pymetis's
+            own choice, recursive bisection up to 8 partitions and k-way above, with
+            ``method`` ``"metis"`` (so earlier partitionings keep their ``uid``).
+        assignment (Tensor or dict, optional): with ``method="given"``, the partition
+            id of every node (a dict of them by node type for ``HeteroData``), used
+            as is; it must have one entry per node, ids in ``[0, num_parts)`` and no
+            empty partition. Relabelling and everything after is the same as for
+            the other methods.
 
     Example:
         >>> meta = Partitioner(data, num_parts=2, root="out").generate()
     """
 
     def __init__(self, data: Union[Data, HeteroData], num_parts: int,
-                 root: Union[str, Path], method: str = "metis", seed: int = 0,
+                 root: Union[str, Path], method: Union[str, bool] = "metis", seed: int = 0,
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
-                 progress: bool = True, coarsen: Optional[bool] = None) -> None:
-        if method not in METHODS:
-            raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
-        if coarsen and method != "metis":
-            raise ValueError(f"coarsen=True applies to method='metis', not '{method}'")
+                 progress: bool = True, coarsen: Optional[bool] = None,
+                 recursive: Optional[bool] = None, assignment: Any = None) -> None:
+        if isinstance(method, bool):  # PyG's positional `recursive`
+            if recursive is not None and recursive != method:
+                raise ValueError(f"recursive given twice: {method} (4th argument) and "
+                                 f"recursive={recursive}")
+            method, recursive = "metis", method
+        _check_options(method, coarsen, recursive, assignment)
         if not isinstance(num_parts, int) or num_parts < 1:
             raise ValueError(f"num_parts must be an integer >= 1, got {num_parts!r}")
         self.tables = GraphTables.from_data(data)
@@ -136,14 +153,31 @@ class Partitioner:
         self.halo_attrs = tuple(halo_attrs)
         self.progress = progress
         self.coarsen = coarsen
+        self.recursive = recursive
+        self.assignment = assignment
+        if method == "given":  # checked now, so a bad one fails before anything runs
+            check_given(self.tables, num_parts, assignment)
         self.timings: Optional[PartitionTimings] = None
+
+    @property
+    def method_name(self) -> str:
+        """The ``method`` recorded in META: ``metis``, ``metis-recursive``,
+        ``metis-kway``, ``random`` or ``given``."""
+        if self.recursive is None:
+            return self.method
+        return f"{self.method}-{'recursive' if self.recursive else 'kway'}"
+
+    def generate_partition(self) -> PartitionMeta:
+        """Same as :meth:`generate` (the name ``torch_geometric.distributed`` uses)."""
+        return self.generate()
 
     def generate(self) -> PartitionMeta:
         """Writes the partitions and returns their :class:`PartitionMeta`."""
         start = time.perf_counter()
         tables = self.tables
         laps = _Laps()
-        assignment = assign(tables, self.num_parts, self.method, self.seed, self.coarsen)
+        assignment = assign(tables, self.num_parts, self.method, self.seed, self.coarsen,
+                            self.recursive, self.assignment)
         laps.lap("assign")
         nodes = {t: NodeOrder.from_parts(assignment.parts[t], self.num_parts)
                  for t in tables.num_nodes}
@@ -259,4 +293,17 @@ class Partitioner:
                         for t, a in tables.node_attrs.items()},
             edge_attrs={t: {k: spec(v) for k, v in a.items()}
                         for t, a in tables.edge_attrs.items()},
-            splits=tuple(splits), method=self.method, seed=self.seed)
+            splits=tuple(splits), method=self.method_name, seed=self.seed)
+
+
+def _check_options(method: str, coarsen: Optional[bool], recursive: Optional[bool],
+                   assignment: Any) -> None:
+    """Raises ``ValueError`` for an unknown method or options it does not take."""
+    if method not in METHODS:
+        raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
+    if coarsen and method != "metis":
+        raise ValueError(f"coarsen=True applies to method='metis', not '{method}'")
+    if recursive is not None and method != "metis":
+        raise ValueError(f"recursive={recursive} applies to method='metis', not '{method}'")
+    if assignment is not None and method != "given":
+        raise ValueError(f"assignment= is used with method='given', not '{method}'")
