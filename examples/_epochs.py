@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 from _job import Job, all_sum, log
+from pyg_dist.partition.progress import track
 
 
 @dataclass
@@ -36,6 +38,9 @@ class TimedIter:
         self.wait_s = 0.0
         self.batches = 0
 
+    def __len__(self) -> int:
+        return len(self.loader)
+
     def __iter__(self) -> Iterator[Any]:
         start = time.perf_counter()
         it = iter(self.loader)
@@ -54,16 +59,18 @@ class TimedIter:
 Step = Callable[[Any], Tuple[float, float, float]]  # batch -> (loss sum, correct, count)
 
 
-def run_epoch(job: Job, loader: Any, step: Step) -> EpochStats:
+def run_epoch(job: Job, loader: Any, step: Step, desc: str = "train") -> EpochStats:
     """One pass of ``loader`` through ``step``; totals are summed over ranks.
 
     Every rank runs the same number of batches (the loader pads), so DDP's
-    per-batch gradient all-reduce never waits on a finished rank.
+    per-batch gradient all-reduce never waits on a finished rank. Rank 0 shows progress
+    within the epoch: a bar on a terminal, else a line every ``--log-every`` batches.
     """
     timed = TimedIter(loader)
     start = time.perf_counter()
     loss = correct = count = 0.0
-    for batch in timed:
+    for batch in track(timed, desc, enabled=job.is_main and job.log_every > 0,
+                       stream=sys.stdout, every=job.log_every):
         batch_loss, batch_correct, batch_count = step(batch)
         loss, correct, count = loss + batch_loss, correct + batch_correct, count + batch_count
     seconds = time.perf_counter() - start
@@ -94,7 +101,7 @@ def fit(job: Job, args: argparse.Namespace, loaders: Sequence[Any], step: Step,
     val_acc = test_acc = float("nan")
     evaluate = len(loaders) >= 3
     for epoch in range(1, args.epochs + 1):
-        stats = run_epoch(job, loaders[0], step)
+        stats = run_epoch(job, loaders[0], step, desc=f"epoch {epoch} train")
         history.append(stats)
         start = time.perf_counter()
         if evaluate:

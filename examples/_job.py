@@ -72,6 +72,9 @@ def base_parser(description: str, epochs: int, batch_size: int, lr: float, hidde
     p.add_argument("--rpc-timeout", type=float, default=60.0,
                    help="seconds before a silent peer is declared lost")
     p.add_argument("--skip-eval", action="store_true", help="train only (benchmarks)")
+    p.add_argument("--log-every", type=int, default=50,
+                   help="progress within an epoch (rank 0): a bar on a terminal, else a "
+                        "line every N batches (0: none)")
     return p
 
 
@@ -83,6 +86,7 @@ class Job:
     data: Tuple[LocalFeatureStore, LocalGraphStore]
     meta: PartitionMeta
     device: torch.device
+    log_every: int = 50
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -120,7 +124,7 @@ def setup(args: argparse.Namespace) -> Job:
         raise SystemExit(f"error: {exc}") from None
     data = (LocalFeatureStore.from_partition(args.partition_dir, pid),
             LocalGraphStore.from_partition(args.partition_dir, pid))
-    return Job(ctx, data, meta, device)
+    return Job(ctx, data, meta, device, log_every=args.log_every)
 
 
 def _device(name: str, ctx: DistContext) -> torch.device:

@@ -155,7 +155,7 @@ def main() -> None:
     history, val_auc = [], float("nan")
     step = train_step(ddp, optimizer)
     for epoch in range(1, args.epochs + 1):
-        stats = E.run_epoch(job, loaders["train"], step)
+        stats = E.run_epoch(job, loaders["train"], step, desc=f"epoch {epoch} train")
         history.append(stats)
         if not args.skip_eval:
             val_auc = evaluate(job, model, loaders["val"])

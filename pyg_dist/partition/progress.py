@@ -36,7 +36,7 @@ def _count(desc: str, done: int, total: Optional[int]) -> str:
 
 
 def track(items: Iterable[T], desc: str, enabled: bool = True, stream: Optional[TextIO] = None,
-          interval: float = PLAIN_INTERVAL_S) -> Iterator[T]:
+          interval: float = PLAIN_INTERVAL_S, every: Optional[int] = None) -> Iterator[T]:
     """Yields ``items`` while reporting how many were done.
 
     Args:
@@ -45,6 +45,7 @@ def track(items: Iterable[T], desc: str, enabled: bool = True, stream: Optional[
         enabled (bool): report at all.
         stream (TextIO, optional): where to report (default: ``sys.stderr`` at call time).
         interval (float): seconds between plain lines (not on a terminal).
+        every (int, optional): a plain line every ``every`` items instead.
     """
     stream = sys.stderr if stream is None else stream
     if not enabled:
@@ -52,10 +53,11 @@ def track(items: Iterable[T], desc: str, enabled: bool = True, stream: Optional[
     elif is_terminal(stream):
         yield from tqdm(items, desc=desc, file=stream, leave=False)
     else:
-        yield from _plain(items, desc, stream, interval)
+        yield from _plain(items, desc, stream, interval, every)
 
 
-def _plain(items: Iterable[T], desc: str, stream: TextIO, interval: float) -> Iterator[T]:
+def _plain(items: Iterable[T], desc: str, stream: TextIO, interval: float,
+           every: Optional[int] = None) -> Iterator[T]:
     try:
         total: Optional[int] = len(items)  # type: ignore[arg-type]
     except TypeError:
@@ -67,7 +69,8 @@ def _plain(items: Iterable[T], desc: str, stream: TextIO, interval: float) -> It
         yield item
         done += 1
         now = time.monotonic()
-        if now - last >= interval and done != total:
+        due = done % every == 0 if every else now - last >= interval
+        if due and done != total:
             _line(stream, _count(desc, done, total))
             last = now
     _line(stream, f"{_count(desc, done, total)} done in {time.monotonic() - start:.1f}s")

@@ -226,7 +226,8 @@ def test_two_trainers_match_one_on_cora(cora_parts):
 @pytest.mark.timeout(120)
 def test_two_machine_job_with_two_torchrun_commands(cora_parts):
     port, marker = free_port(), uuid.uuid4().hex
-    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "1", "--batch-size", "32"]
+    args = ["--partition-dir", str(cora_parts[2]), "--epochs", "1", "--batch-size", "32",
+            "--log-every", "1"]
     cmds = [torchrun_cmd(args, nproc=1, port=port, nnodes=2, node_rank=r) for r in (0, 1)]
     started = time.monotonic()
     procs = [start(cmd, marker) for cmd in cmds]
@@ -237,6 +238,9 @@ def test_two_machine_job_with_two_torchrun_commands(cora_parts):
     assert result["world_size"] == 2 and result["num_parts"] == 2 and result["epochs"] == 1
     assert 0.0 <= result["test_acc"] <= 1.0
     assert not [l for l in jobs[1].output.splitlines() if l.startswith("{")], "rank 1 is silent"
+    # progress within the epoch, as plain lines (not a terminal), from rank 0 only
+    assert re.search(r"^epoch 1 train: 1/\d+$", jobs[0].output, re.M), jobs[0].describe()
+    assert "epoch 1 train" not in jobs[1].output
     assert_no_leftovers(marker, jobs[0])
 
 
