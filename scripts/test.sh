@@ -20,4 +20,4 @@ fi
 echo "[test] again with torch_geometric $OLDEST_PYG: loaders, collate, sampling"
 PYTHONPATH="$PWD/$COMPAT" PYG_DIST_EXPECT_PYG="$OLDEST_PYG" python -m pytest -q \
   tests/test_versions.py tests/loader tests/sampler/test_features.py \
-  tests/distributed/test_loader.py
+  tests/distributed/test_loader.py tests/compat/test_surface.py tests/datasets/test_pyg_classes.py

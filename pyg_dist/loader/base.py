@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
@@ -24,6 +26,7 @@ from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
 from pyg_dist.loader.collate import Batch
+from pyg_dist.loader.compat import accept_pyg_options
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
@@ -78,6 +81,10 @@ class DistLoader:
             training; evaluation may disable it.
         seed (int): base seed of shuffling and sampling.
         pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
+        **pyg_options: the loader options of ``torch_geometric.distributed``
+            (``master_addr``, ``master_port``, ``async_sampling``, ``persistent_workers``,
+            ``filter_per_worker``, ``num_rpc_threads``), accepted so its scripts run
+            unchanged; see :mod:`pyg_dist.loader.compat` for what each does here.
     """
 
     def __init__(self, data: tuple, num_neighbors: NumNeighbors, *, batch_size: int = 1,
@@ -89,7 +96,7 @@ class DistLoader:
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  transform: Optional[Callable[[Batch], Batch]] = None,
                  even_batches: bool = True, seed: int = 0,
-                 pin_memory: Optional[bool] = None) -> None:
+                 pin_memory: Optional[bool] = None, **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
         self.ctx = _context(current_ctx)
         sampling = dict(num_neighbors=num_neighbors, replace=replace,
@@ -99,6 +106,7 @@ class DistLoader:
         error: Optional[BaseException] = None
         seeds, own, config = LoaderSeeds("node", None, 0), 0, None
         try:
+            accept_pyg_options(pyg_options, type(self).__name__)
             _check_sizes(batch_size, num_workers, concurrency)
             seeds = self._resolve(self.graph)
             config = DistNeighborSampler.build_config(self.graph.meta, **sampling)
@@ -123,6 +131,7 @@ class DistLoader:
         self._producer = BatchProducer(self.sampler, self.spec)
         self._pool: Optional[WorkerPool] = None
         self._iterator: Optional["_Iterator"] = None
+        self.worker_threads = 1
 
     def _agree(self, seeds: LoaderSeeds, config: Any, num_workers: int, even_batches: bool,
                own: int, error: Optional[BaseException]) -> List[int]:
@@ -136,7 +145,9 @@ class DistLoader:
             **partitioning(self.graph), "loader number": _loader_number(),
             "kind": seeds.kind, "input type": seeds.input_type,
             "sampling options": repr(config), "negative sampling": repr(seeds.neg_sampling),
-            "num_workers": num_workers, "even_batches": even_batches}
+            "num_workers": num_workers, "even_batches": even_batches,
+            "stored attributes": self.features.schema(),
+            "labels set": self.features.labels is not None}
         cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \
             runtime.ensure_process_group(self.ctx)
         infos = agree(what, must_match, self.ctx.world_size, cpu_group,
@@ -159,6 +170,28 @@ class DistLoader:
 
     def __len__(self) -> int:
         return self.plan.num_batches
+
+    @contextlib.contextmanager
+    def enable_multithreading(self, num_threads: int) -> Iterator["DistLoader"]:
+        """Torch threads of this loader's sampler workers started inside the block
+        (``torch_geometric.distributed``'s name; workers start at the first iteration
+        and keep their threads)."""
+        if num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        previous, self.worker_threads = self.worker_threads, int(num_threads)
+        try:
+            yield self
+        finally:
+            self.worker_threads = previous
+
+    def __enter__(self) -> "DistLoader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Ends the current iteration (the workers stay for the next one)."""
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shuffle the next iteration uses (default: counts up)."""
@@ -199,8 +232,10 @@ class DistLoader:
         """Worker ``index`` of every rank forms one RPC group, named after the trainers'
         group and this loader's agreed number (the same on every rank)."""
         name = f"{self.sampler.group.name}_loader{self.number}w{index}"
-        return WorkerSpec(self.ctx, name, self.features, self.graph, self.spec,
-                          self.batch_timeout, index)
+        host, port = runtime.store_address(self.ctx)  # also without torchrun's env
+        ctx = dataclasses.replace(self.ctx, master_addr=host, master_port=port)
+        return WorkerSpec(ctx, name, self.features, self.graph, self.spec,
+                          self.batch_timeout, index, self.worker_threads)
 
     def close(self) -> None:
         """Stops iteration and sampler workers (they wait for their peers on other ranks)."""

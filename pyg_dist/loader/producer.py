@@ -49,4 +49,8 @@ class BatchProducer:
                                                     self.spec.neg_sampling)
         sub = batch.subgraph
         feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=self.repeats)
+        labels = self.sampler.features.labels
+        if labels is not None and self.spec.kind == "node":  # torch_geometric.distributed's
+            node_type = batch.seeds.input_type               # feature.labels
+            feats.nodes.setdefault(node_type, {})["y"] = labels[sub.node[node_type]]
         return collate(batch, feats, self.sampler.meta)

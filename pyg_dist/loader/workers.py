@@ -34,10 +34,11 @@ class WorkerSpec:
     producer: ProducerSpec
     batch_timeout: float
     index: int
+    threads: int = 1
 
 
 def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
-    torch.set_num_threads(1)
+    torch.set_num_threads(spec.threads)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
     from pyg_dist.sampler.serving import _served
     from pyg_dist.sampler.warmup import warm_up

@@ -158,6 +158,28 @@ class PartitionMeta:
         return RangeBook(self.edge_offsets[edge_type],
                          name=f"edge ids of type {edge_key(edge_type)}")
 
+    # ---- torch_geometric.distributed's dict view ------------------------------
+    def __getitem__(self, key: str) -> Any:
+        """``meta['num_parts']``, ``['is_hetero']``, ``['node_types']`` and
+        ``['edge_types']`` as ``torch_geometric.distributed``'s META dict gives them
+        (types are ``None`` for a homogeneous graph), so its scripts run unchanged."""
+        if key == "num_parts":
+            return self.num_parts
+        if key == "is_hetero":
+            return self.is_hetero
+        if key == "node_types":
+            return list(self.node_types) if self.is_hetero else None
+        if key == "edge_types":
+            return [list(t) for t in self.edge_types] if self.is_hetero else None
+        raise KeyError(f"PartitionMeta has no dict entry {key!r}: read the attribute instead "
+                       f"(entries: num_parts, is_hetero, node_types, edge_types)")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
     # ---- JSON ------------------------------------------------------------------
     def to_json(self) -> Dict[str, Any]:
         def by_node(values: Dict[NodeType, Any]) -> Any:

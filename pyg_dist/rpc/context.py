@@ -35,7 +35,13 @@ class DistContext:
         group_rank (int): machine (node) rank (``GROUP_RANK``).
         master_addr (str): rendezvous host (``MASTER_ADDR``).
         master_port (int): rendezvous port (``MASTER_PORT``).
-        rpc_timeout (float): seconds before an RPC to a peer is declared failed.
+        rpc_timeout (float): seconds before an RPC to a peer is declared failed; the
+            job's timeout for every wait.
+        global_rank, global_world_size, group_name: accepted for scripts written for
+            ``torch_geometric.distributed`` (``DistContext(rank=, global_rank=,
+            world_size=, global_world_size=, group_name=)``). pyg_dist has one group of
+            trainers, so the global values must equal ``rank`` / ``world_size``;
+            ``group_name`` is informative only (RPC groups are named by pyg_dist).
     """
     rank: int = 0
     world_size: int = 1
@@ -45,10 +51,22 @@ class DistContext:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
+    global_rank: Optional[int] = None
+    global_world_size: Optional[int] = None
+    group_name: str = ""
+    role: Optional[object] = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+        for name, value, ours in (("global_rank", self.global_rank, self.rank),
+                                  ("global_world_size", self.global_world_size,
+                                   self.world_size)):
+            if value is not None and value != ours:
+                raise ValueError(
+                    f"DistContext: {name}={value} differs from {name.replace('global_', '')}"
+                    f"={ours}; pyg_dist has one group of trainer processes, so a trainer's "
+                    f"rank and world size are its global ones")
         if self.rpc_timeout <= 0:
             raise ValueError(f"rpc_timeout must be positive, got {self.rpc_timeout}")
 

@@ -29,7 +29,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 
@@ -171,13 +171,19 @@ _WATCHDOG: Optional[Watchdog] = None
 _START_LOCK = threading.Lock()
 
 
-def start(ctx: DistContext) -> Optional[Watchdog]:
-    """Starts this process's heartbeat and watchdog once (no-op in a 1-rank job)."""
+def start(ctx: DistContext, address: Optional[Tuple[str, int]] = None) -> Optional[Watchdog]:
+    """Starts this process's heartbeat and watchdog once (no-op in a 1-rank job).
+
+    Args:
+        ctx: this process.
+        address: host and port of the job's store (default: ``ctx``'s master).
+    """
     global _WATCHDOG
     with _START_LOCK:
         if _WATCHDOG is not None or not ctx.is_distributed:
             return _WATCHDOG
-        store = dist.TCPStore(ctx.master_addr, ctx.master_port, is_master=False,
+        host, port = address or (ctx.master_addr, ctx.master_port)
+        store = dist.TCPStore(host, port, is_master=False,
                               timeout=timedelta(seconds=ctx.rpc_timeout))
         _WATCHDOG = Watchdog(store, ctx.rank, ctx.world_size,
                              WatchdogConfig.for_timeout(ctx.rpc_timeout))

@@ -24,7 +24,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 from urllib.parse import parse_qs, urlparse
 
 import torch
@@ -45,6 +45,28 @@ _LOCK = threading.Lock()
 
 class RpcPeerError(RuntimeError):
     """An RPC to a peer failed (it died, timed out, or is unreachable)."""
+
+
+def store_address(ctx: DistContext) -> Tuple[str, int]:
+    """Where the job's rendezvous store listens: the default process group's (also when
+    it was initialised with a ``tcp://`` address, as scripts started with
+    ``torch.multiprocessing.spawn`` do), else ``MASTER_ADDR:MASTER_PORT``."""
+    if dist.is_initialized():
+        store = dist.distributed_c10d._get_default_store()
+        while isinstance(store, dist.PrefixStore):
+            store = store.underlying_store
+        if isinstance(store, dist.TCPStore):
+            return str(store.host), int(store.port)
+    return ctx.master_addr, ctx.master_port
+
+
+def _check_ranks(ctx: DistContext) -> None:
+    """The context must describe this process as the default group does."""
+    if dist.is_initialized() and (dist.get_rank(), dist.get_world_size()) != \
+            (ctx.rank, ctx.world_size):
+        raise ValueError(f"the DistContext says rank {ctx.rank} of {ctx.world_size}, but the "
+                         f"process group says rank {dist.get_rank()} of "
+                         f"{dist.get_world_size()}")
 
 
 def _base_store(ctx: DistContext) -> dist.Store:
@@ -200,14 +222,15 @@ def init_process_group(backend: Optional[str] = None, ctx: Optional[DistContext]
     ctx = ctx or DistContext.from_env()
     if not dist.is_initialized():
         kwargs.setdefault("timeout", timedelta(seconds=ctx.rpc_timeout))
-        network.choose_interfaces(ctx.master_addr)
+        network.choose_interfaces(store_address(ctx)[0])
         if ctx.is_distributed or "MASTER_PORT" in os.environ:
             dist.init_process_group(backend or "gloo", init_method="env://", rank=ctx.rank,
                                     world_size=ctx.world_size, **kwargs)
         else:
             dist.init_process_group(backend or "gloo", store=dist.HashStore(), rank=0,
                                     world_size=1, **kwargs)
-    health.start(ctx)
+    _check_ranks(ctx)
+    health.start(ctx, store_address(ctx))
     return ctx
 
 
@@ -294,15 +317,26 @@ def _destroy_cpu_group() -> None:
         log.debug("pyg_dist: destroying its gloo group at exit failed: %s", exc)
 
 
+_RPC_THREADS = {"n": 16}
+
+
+def set_rpc_threads(num: int) -> None:
+    """TensorPipe worker threads of the RPC groups this process joins from now on."""
+    if num < 1:
+        raise ValueError(f"num_rpc_threads must be >= 1, got {num}")
+    _RPC_THREADS["n"] = num
+
+
 def _join(state: RpcGroup, trainers: bool) -> None:
     _register_hooks()
-    network.choose_interfaces(state.ctx.master_addr)
+    address = store_address(state.ctx)
+    network.choose_interfaces(address[0])
     if trainers:  # sampler workers share their trainer's rank: never its heartbeat
-        health.start(state.ctx)
+        health.start(state.ctx, address)
     _PENDING[state.name] = state.ctx
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=f"{_SCHEME}://{state.name}", rpc_timeout=state.ctx.rpc_timeout,
-        num_worker_threads=16)
+        num_worker_threads=_RPC_THREADS["n"])
     try:
         rpc.init_rpc(state.worker_name(state.rank), rank=state.rank,
                      world_size=state.world_size, rpc_backend_options=options)

@@ -189,8 +189,9 @@ class FeatureFetcher:
         group (RpcGroup): the RPC group (routes partitions to peers).
         local (LocalSampler): this process's partition (gathers own rows).
         meta (PartitionMeta): attribute names and partition books.
-        node_attrs: attributes to read per node type (default: all stored).
-        edge_attrs: attributes to read per edge type (default: all stored).
+        node_attrs: attributes to read per node type (default: all the partition stores
+            and all ``put`` into the local store before; every rank must have them).
+        edge_attrs: attributes to read per edge type (default: likewise).
         max_rpc_bytes (int): response size above which a request to one partition is
             split into several (all in flight at once).
     """
@@ -202,10 +203,14 @@ class FeatureFetcher:
         self.group = group
         self.local = local
         self.meta = meta
+        # default: what the partition stores, and what was put into the store since
+        stored = local.features
         self.node_attrs = node_attrs if node_attrs is not None else {
-            t: sorted(a) for t, a in meta.node_attrs.items()}
+            t: sorted(set(meta.node_attrs.get(t, {})) | set(stored.attr_names(t)))
+            for t in meta.node_types}
         self.edge_attrs = edge_attrs if edge_attrs is not None else {
-            t: sorted(a) for t, a in meta.edge_attrs.items()}
+            t: sorted(set(meta.edge_attrs.get(t, {})) | set(stored.attr_names(t)))
+            for t in meta.edge_types}
         self.max_rpc_bytes = max(int(max_rpc_bytes), 1)
         self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
         self._books.update({t: meta.edge_book(t) for t in meta.edge_types})

@@ -1,8 +1,9 @@
 """``LocalFeatureStore``: one partition's node and edge attributes, as a PyG ``FeatureStore``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -14,6 +15,20 @@ from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
+
+
+_UNSET = TensorAttr.__dataclass_fields__["group_name"].default  # PyG's "not given"
+
+
+@dataclass
+class StoreAttr(TensorAttr):
+    """A :class:`TensorAttr` whose ``index`` defaults to ``None`` (every owned row), so
+    ``put_tensor(x, group_name=..., attr_name=...)`` works as in
+    ``torch_geometric.distributed``."""
+
+    def __init__(self, group_name: Any = _UNSET, attr_name: Any = _UNSET,
+                 index: Any = None) -> None:
+        super().__init__(group_name, attr_name, index)
 
 
 class LocalFeatureStore(FeatureStore):
@@ -38,7 +53,7 @@ class LocalFeatureStore(FeatureStore):
                  node_feats: Dict[NodeType, Dict[str, Tensor]],
                  edge_feats: Dict[EdgeType, Dict[str, Tensor]],
                  splits: Optional[Dict[NodeType, Dict[str, Tensor]]] = None) -> None:
-        super().__init__()
+        super().__init__(tensor_attr_cls=StoreAttr)
         self.meta = meta
         self.part = part
         self._tensors: Dict[Group, Dict[str, Tensor]] = {}
@@ -49,6 +64,7 @@ class LocalFeatureStore(FeatureStore):
         self.splits = splits or {}
         self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
         self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
+        self._labels: Optional[Tensor] = None
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalFeatureStore":
@@ -155,6 +171,59 @@ class LocalFeatureStore(FeatureStore):
             if not self.meta.is_hetero and isinstance(group, str):
                 name = None
             out += [TensorAttr(name, attr_name, None) for attr_name in attrs]
+        return out
+
+    def attr_names(self, group: Group) -> List[str]:
+        """The attributes stored for a resolved group (from the partition, or ``put``)."""
+        return sorted(self._tensors.get(group, {}))
+
+    def schema(self) -> Dict[str, List[Tuple[str, str, Tuple[int, ...]]]]:
+        """Per group: ``(attribute, dtype, row shape)`` of what is stored (every rank of a
+        job must store the same, since peers fetch each other's rows)."""
+        return {_group_str(g): [(a, str(t.dtype), tuple(t.shape[1:]))
+                                for a, t in sorted(attrs.items())]
+                for g, attrs in self._tensors.items()}
+
+    # ---- torch_geometric.distributed's names ---------------------------------------
+    @property
+    def labels(self) -> Optional[Tensor]:
+        """Labels of every node of the seed type, indexed by global node id, as
+        ``torch_geometric.distributed``'s scripts set them (``feature.labels =
+        torch.load(label_file)``). When set, node batches take ``y`` from it
+        (``labels[n_id]`` of the seed type) instead of a stored ``y``."""
+        return self._labels
+
+    @labels.setter
+    def labels(self, value: Optional[Tensor]) -> None:
+        if value is not None:
+            counts = {t: self.meta.num_nodes[t] for t in self.meta.node_types}
+            if not isinstance(value, Tensor) or value.dim() == 0 or \
+                    value.size(0) not in counts.values():
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise ValueError(f"labels must be a tensor with one row per node of a node "
+                                 f"type ({counts}), got {got}")
+        self._labels = value
+
+    @property
+    def _global_id(self) -> Dict[Optional[NodeType], Tensor]:
+        """Owned global node ids by node type (``None`` for a homogeneous graph), as
+        ``torch_geometric.distributed``'s store exposes them."""
+        out: Dict[Optional[NodeType], Tensor] = {}
+        for node_type in self.meta.node_types:
+            book = self._books[node_type]
+            start = book.start(self.part)
+            out[node_type if self.meta.is_hetero else None] = torch.arange(
+                start, start + book.size(self.part))
+        return out
+
+    @property
+    def _feat(self) -> Dict[Tuple[Optional[Group], str], Tensor]:
+        """Stored tensors by ``(group, attribute)``, as ``torch_geometric.distributed``'s
+        store exposes them (group ``None`` for a homogeneous graph's nodes)."""
+        out: Dict[Tuple[Optional[Group], str], Tensor] = {}
+        for group, attrs in self._tensors.items():
+            name = group if self.meta.is_hetero or isinstance(group, tuple) else None
+            out.update({(name, attr): value for attr, value in attrs.items()})
         return out
 
     # ---- splits and sharing --------------------------------------------------------

@@ -1,0 +1,56 @@
+"""Loader options of ``torch_geometric.distributed``, accepted so its scripts run after an
+import change.
+
+Each is honoured where pyg_dist has the same knob, or accepted as a no-op with the
+reason logged once (at INFO) and documented here. Any other unknown name still raises
+``TypeError``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+log = logging.getLogger("pyg_dist")
+
+#: option -> what it means in pyg_dist
+PYG_LOADER_OPTIONS: Dict[str, str] = {
+    "master_addr": "no effect: RPC meets through the process group's store, no address "
+                   "of its own",
+    "master_port": "no effect: RPC meets through the process group's store, no port of "
+                   "its own",
+    "async_sampling": "no effect: sampling is always asynchronous (an asyncio loop in the "
+                      "trainer, or sampler worker processes)",
+    "persistent_workers": "no effect: sampler workers live as long as their loader",
+    "filter_per_worker": "no effect: batches are collated where they are sampled (in the "
+                         "worker processes when num_workers > 0)",
+    "num_rpc_threads": "TensorPipe threads per process; honoured when given before the "
+                       "process joins RPC (its first loader)",
+    "dist_sampler": "only None: pyg_dist builds its own sampler from the loader's options",
+}
+_SAID: set = set()
+
+
+def accept_pyg_options(options: Dict[str, Any], what: str) -> None:
+    """Checks ``options`` (keyword arguments no pyg_dist loader parameter took).
+
+    Raises:
+        TypeError: for names ``torch_geometric.distributed`` did not have either.
+        NotImplementedError: for a ``dist_sampler`` given.
+    """
+    unknown = sorted(set(options) - set(PYG_LOADER_OPTIONS))
+    if unknown:
+        raise TypeError(f"{what}() got an unexpected keyword argument '{unknown[0]}'"
+                        + (f" (and {unknown[1:]})" if len(unknown) > 1 else ""))
+    if options.get("dist_sampler") is not None:
+        raise NotImplementedError(f"{what}: a dist_sampler built by the caller is not "
+                                  f"supported; pass the sampling options to the loader")
+    threads = options.get("num_rpc_threads")
+    if threads is not None:
+        from pyg_dist.rpc import runtime
+
+        runtime.set_rpc_threads(int(threads))
+    for name in options:
+        if name not in _SAID:
+            _SAID.add(name)
+            log.info("pyg_dist: loader option %s (from torch_geometric.distributed): %s",
+                     name, PYG_LOADER_OPTIONS[name])
