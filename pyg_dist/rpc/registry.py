@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 _CALLEES: Dict[str, Callable[..., Any]] = {}
+_READ_ONLY: set = set()  # callees that only read partition files (may run on a mapped copy)
 
 
 class RpcRemoteError(RuntimeError):
@@ -54,14 +55,27 @@ class RemoteFailure:
         return RpcRemoteError(text)
 
 
-def callee(name: str) -> Callable[[F], F]:
-    """Decorator: registers ``fn`` as the RPC callee ``name``."""
+def callee(name: str, reads_partition_only: bool = False) -> Callable[[F], F]:
+    """Decorator: registers ``fn`` as the RPC callee ``name``.
+
+    ``reads_partition_only``: the callee reads nothing but the served partition's files
+    (topology, stored attributes), so a same-machine caller that mapped the same files
+    may run it on its own mapping instead of calling the owner
+    (:mod:`pyg_dist.sampler.direct`). Never for writable state such as embeddings.
+    """
     def register(fn: F) -> F:
         if name in _CALLEES and _CALLEES[name] is not fn:
             raise ValueError(f"an RPC callee named '{name}' is already registered")
         _CALLEES[name] = fn
+        if reads_partition_only:
+            _READ_ONLY.add(name)
         return fn
     return register
+
+
+def reads_partition_only(name: str) -> bool:
+    """Whether the callee ``name`` only reads partition files."""
+    return name in _READ_ONLY
 
 
 def lookup(name: str) -> Callable[..., Any]:

@@ -25,8 +25,6 @@ reproducible for a given ``rng_seed`` whatever thread runs the kernel.
 """
 from __future__ import annotations
 
-import ctypes
-import sys
 from typing import Optional, Sequence, Tuple
 
 import numba
@@ -38,28 +36,12 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch import Tensor
 
+from pyg_dist.madvise import MADV_HUGEPAGE, advise
 from pyg_dist.sampler.checks import check_csc, check_sample_args
 
 _JIT = dict(cache=True, nogil=True)
 _FLOYD_MAX = 64  # above this fan-out, partial Fisher-Yates (O(degree)) beats O(k^2) Floyd
-_MADV_HUGEPAGE = 14  # Linux
 _HUGE_MIN_BYTES = 4 << 20
-_PAGE = 4096
-
-
-def _libc_madvise():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_MADVISE = _libc_madvise()
 
 
 def advise_huge_pages(ptr: int, nbytes: int) -> None:
@@ -70,12 +52,8 @@ def advise_huge_pages(ptr: int, nbytes: int) -> None:
     before the memory is first touched; nothing happens elsewhere, on small buffers,
     or where transparent huge pages are disabled.
     """
-    if _MADVISE is None or nbytes < _HUGE_MIN_BYTES:
-        return
-    start = (ptr + _PAGE - 1) & ~(_PAGE - 1)
-    end = (ptr + nbytes) & ~(_PAGE - 1)
-    if end > start:
-        _MADVISE(start, end - start, _MADV_HUGEPAGE)  # -1 (e.g. THP off) is harmless
+    if nbytes >= _HUGE_MIN_BYTES:
+        advise(ptr, nbytes, MADV_HUGEPAGE)
 
 
 def empty_large(shape: Sequence[int], dtype: torch.dtype) -> Tensor:

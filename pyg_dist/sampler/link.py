@@ -48,7 +48,7 @@ def has_edges(sampler_local, edge_type: EdgeType, src: Tensor, dst: Tensor) -> T
     return out
 
 
-@callee("sampler.has_edges")
+@callee("sampler.has_edges", reads_partition_only=True)
 def _serve_has_edges(edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
     return has_edges(served("sampler"), edge_type, src, dst)
 

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
+from pyg_dist.partition.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.kernels import sample_one_hop
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
@@ -69,7 +70,20 @@ class LocalSampler:
             csc.indptr, csc.indices, local, fanout, replace, rng_seed, weights=weights,
             edge_time=edge_time, seed_time=seed_time,
             temporal_strategy=strategy)
+        self._check_sources(edge_type, nbrs)
         return counts, nbrs, pos + csc.edge_offset
+
+    def _check_sources(self, edge_type: EdgeType, ids: Tensor) -> None:
+        """Source ids read from ``graph.pt`` are in range (a mapped store's ids are not
+        all checked at open; this costs one pass over what was sampled)."""
+        if ids.numel() == 0:
+            return
+        lo, hi = (int(v) for v in torch.aminmax(ids))
+        total = self.graph.meta.num_nodes[edge_type[0]]
+        if lo < 0 or hi >= total:
+            raise PartitionFormatError(
+                f"{self.graph.graph_file}: csc[{edge_key(edge_type)!r}] indices hold source "
+                f"id {lo if lo < 0 else hi}, outside [0, {total}): the file is damaged")
 
     def edge_weight(self, edge_type: EdgeType, attr: str) -> Optional[Tensor]:
         """Sampling weights of the stored edges (float64, CSC order); ``None`` when the
@@ -116,7 +130,13 @@ class LocalSampler:
             raise KeyError(f"partition has no halo values of node attribute '{attr}' of "
                            f"'{src_type}': re-partition with halo_attrs=('{attr}',)")
         if halo_time is not None:
-            pos = torch.searchsorted(halo_ids, src[~owned])
+            outside = src[~owned].long()
+            pos = torch.searchsorted(halo_ids, outside).clamp_(max=max(halo_ids.numel() - 1, 0))
+            if outside.numel() and (halo_ids.numel() == 0 or
+                                    not bool((halo_ids[pos] == outside).all())):
+                raise PartitionFormatError(
+                    f"{self.graph.graph_file}: halo ids of node type '{src_type}' miss sources "
+                    f"of edge type {edge_key(edge_type)} owned by other partitions")
             out[~owned] = halo_time.long().view(-1)[pos]
         return out
 
@@ -139,11 +159,11 @@ class LocalSampler:
         return out
 
 
-@callee("sampler.hop")
+@callee("sampler.hop", reads_partition_only=True)
 def _serve_hop(request: HopRequest) -> HopResponse:
     return served("sampler").hop(request)
 
 
-@callee("sampler.features")
+@callee("sampler.features", reads_partition_only=True)
 def _serve_features(request: FeatureRequest) -> FeatureResponse:
     return served("sampler").features_of(request)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -12,6 +12,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_dist.partition import io, validate
 from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
@@ -65,15 +66,31 @@ class LocalFeatureStore(FeatureStore):
         self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
         self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
         self._labels: Optional[Tensor] = None
+        #: the mapped feature files (``None``: tensors held in this process's memory)
+        self.source: Optional[PartitionSource] = None
+        #: ``(group, attribute)`` still exactly as mapped from the files (never written)
+        self.from_file: Set[Tuple[Group, str]] = set()
+        self._sealed: Optional[str] = None
 
     @classmethod
-    def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalFeatureStore":
-        """Loads partition ``pid`` of the partition folder ``root``.
+    def from_partition(cls, root: Union[str, Path], pid: int,
+                       mmap: bool = True) -> "LocalFeatureStore":
+        """Opens partition ``pid`` of the partition folder ``root``.
 
         The partition's ``graph.pt`` must carry the ``uid`` of ``META.json`` (read
         without loading its tensors), and every loaded tensor is checked against
         ``META.json`` (:mod:`pyg_dist.partition.validate`): one row per owned id,
         dtype and per-row shape as declared, split ids in the owned range.
+
+        Args:
+            root (str or Path): the partition folder.
+            pid (int): the partition.
+            mmap (bool): map the feature files read-only and copy-on-write (default):
+                opening is constant time, every process on the machine shares one copy
+                in the page cache, rows are read on first touch, and features larger
+                than memory still work (the OS pages them in and out). Rows written
+                with ``put_tensor`` stay private to this process; files are never
+                modified. ``False`` reads them into this process's memory.
 
         Raises:
             PartitionFormatError: naming the file and the problem.
@@ -81,14 +98,46 @@ class LocalFeatureStore(FeatureStore):
         meta = io.read_meta(root)
         folder = io.check_part(root, meta, pid)
         validate.check_uid(folder / io.GRAPH_FILE, io.read_uid(folder), meta)
+        source = PartitionSource(str(Path(root).absolute()), pid, tuple(
+            FileId.of(folder / name) for name in (io.NODE_FEATS_FILE, io.EDGE_FEATS_FILE)))
+        nodes, edges = cls._open(meta, pid, folder, mmap)
+        splits = validate.check_splits(io.load_pt(folder / io.SPLITS_FILE, "split file"),
+                                       meta, pid, folder / io.SPLITS_FILE)
+        store = cls(meta, pid, nodes, edges, splits)
+        if mmap:
+            source.check_unchanged()  # the files mapped are the ones identified
+            store.source = source
+            store.from_file = {(g, a) for g, attrs in store._tensors.items() for a in attrs}
+            advise_rows(t for attrs in store._tensors.values() for t in attrs.values())
+        return store
 
-        def load(name: str, what: str, check: Callable) -> dict:
-            return check(io.load_pt(folder / name, what), meta, pid, folder / name)
+    @staticmethod
+    def _open(meta: PartitionMeta, pid: int, folder: Path, mmap: bool) -> tuple:
+        """Checked node and edge attribute tensors of partition ``pid``."""
+        node_path, edge_path = folder / io.NODE_FEATS_FILE, folder / io.EDGE_FEATS_FILE
+        nodes = validate.check_node_feats(io.load_pt(node_path, "node feature file", mmap=mmap),
+                                          meta, pid, node_path)
+        edges = validate.check_edge_feats(io.load_pt(edge_path, "edge feature file", mmap=mmap),
+                                          meta, pid, edge_path)
+        return nodes, edges
 
-        return cls(meta, pid, load(io.NODE_FEATS_FILE, "node feature file",
-                                   validate.check_node_feats),
-                   load(io.EDGE_FEATS_FILE, "edge feature file", validate.check_edge_feats),
-                   load(io.SPLITS_FILE, "split file", validate.check_splits))
+    # ---- pickling: mapped tensors travel as their files, not their bytes -----------
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_tensors"] = {g: {a: t for a, t in attrs.items() if (g, a) not in self.from_file}
+                             for g, attrs in self._tensors.items()}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.source is not None and self.from_file:
+            self.source.check_unchanged()
+            folder = Path(self.source.files[0].path).parent
+            nodes, edges = self._open(self.meta, self.part, folder, mmap=True)
+            mapped = {**nodes, **edges}
+            for group, attr in self.from_file:
+                self._tensors[group][attr] = mapped[group][attr]
+            advise_rows(self._tensors[g][a] for g, a in self.from_file)
 
     # ---- resolving names -----------------------------------------------------------
     def resolve(self, group_name: Optional[Group], attr_name: Optional[str] = None) -> Group:
@@ -129,7 +178,17 @@ class LocalFeatureStore(FeatureStore):
         return self._books[group].to_local(self.part, ids.long())
 
     # ---- FeatureStore interface ----------------------------------------------------
+    def seal(self, reason: str) -> None:
+        """Refuses ``put_tensor``/``remove_tensor`` from now on, saying ``reason``."""
+        self._sealed = reason
+
+    def _check_writable(self, attr: TensorAttr) -> None:
+        if self._sealed is not None:
+            raise ValueError(f"cannot change attribute '{attr.attr_name}' of partition "
+                             f"{self.part}: {self._sealed}")
+
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        self._check_writable(attr)
         group = self.resolve(attr.group_name, attr.attr_name)
         attrs = self._tensors[group]
         if attr.index is None:
@@ -138,12 +197,14 @@ class LocalFeatureStore(FeatureStore):
                 raise ValueError(f"'{attr.attr_name}' of {_group_str(group)} needs one row per "
                                  f"owned id ({expected}), got {tensor.size(0)}")
             attrs[attr.attr_name] = tensor
+            self.from_file.discard((group, attr.attr_name))
             return True
         rows = self._rows(group, attr.index)
         if attr.attr_name not in attrs:
             raise KeyError(f"cannot write rows of unknown attribute '{attr.attr_name}' of "
                            f"{_group_str(group)}; put the whole tensor first (index=None)")
-        attrs[attr.attr_name][rows] = tensor
+        attrs[attr.attr_name][rows] = tensor  # a mapped tensor: private copy-on-write pages
+        self.from_file.discard((group, attr.attr_name))
         return True
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
@@ -157,7 +218,9 @@ class LocalFeatureStore(FeatureStore):
         return self.gather(group, attr.attr_name, attr.index)
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
+        self._check_writable(attr)
         group = self.resolve(attr.group_name, attr.attr_name)
+        self.from_file.discard((group, attr.attr_name))
         return self._tensors[group].pop(attr.attr_name, None) is not None
 
     def _get_tensor_size(self, attr: TensorAttr) -> Optional[Tuple[int, ...]]:
@@ -237,10 +300,13 @@ class LocalFeatureStore(FeatureStore):
         return splits[split]
 
     def share_memory_(self) -> "LocalFeatureStore":
-        """Moves the stored tensors to shared memory (for sampler worker processes)."""
-        for attrs in self._tensors.values():
-            for value in attrs.values():
-                value.share_memory_()
+        """Moves the stored tensors to shared memory (for sampler worker processes);
+        tensors still mapped from the partition files are shared already (workers map
+        the same files)."""
+        for group, attrs in self._tensors.items():
+            for name, value in attrs.items():
+                if (group, name) not in self.from_file:
+                    value.share_memory_()
         return self
 
     def __repr__(self) -> str:

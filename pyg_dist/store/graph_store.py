@@ -15,6 +15,7 @@ from pyg_dist.partition import io
 from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.partition.validate import check_graph
+from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_type_of
 
 
@@ -75,24 +76,73 @@ class LocalGraphStore(GraphStore):
         self._extra: Dict[Tuple[EdgeType, EdgeLayout], EdgeTensorType] = {}
         self._node_books = {t: meta.node_book(t) for t in meta.node_types}
         self._edge_books = {t: meta.edge_book(t) for t in meta.edge_types}
+        #: the mapped ``graph.pt`` (``None``: tensors held in this process's memory)
+        self.source: Optional[PartitionSource] = None
 
     @classmethod
-    def from_partition(cls, root: Union[str, Path], pid: int) -> "LocalGraphStore":
-        """Loads partition ``pid`` of the partition folder ``root``.
+    def from_partition(cls, root: Union[str, Path], pid: int,
+                       mmap: bool = True) -> "LocalGraphStore":
+        """Opens partition ``pid`` of the partition folder ``root``.
 
         Everything loaded is checked first (:func:`~pyg_dist.partition.validate.check_graph`):
-        structure, dtypes, monotonic ``indptr``, ids in range, and that the partition
-        has the ``uid`` of ``META.json``.
+        structure, dtypes, monotonic ``indptr``, and that the partition has the ``uid``
+        of ``META.json``; with ``mmap=False`` also every source id (with ``mmap=True``
+        samplers check the ids they read).
+
+        Args:
+            root (str or Path): the partition folder.
+            pid (int): the partition.
+            mmap (bool): map ``graph.pt`` read-only (default): opening is constant time
+                and every process on the machine shares one copy in the page cache.
+                ``False`` reads it into this process's memory.
 
         Raises:
             PartitionFormatError: naming the file and the problem.
         """
         meta = io.read_meta(root)
         path = io.check_part(root, meta, pid) / io.GRAPH_FILE
-        graph = check_graph(io.load_pt(path, "graph file"), meta, pid, path)
+        source = PartitionSource(str(Path(root).absolute()), pid, (FileId.of(path),))
+        store = cls._open(meta, pid, path, mmap, deep=not mmap)
+        if mmap:
+            source.check_unchanged()  # the file mapped is the one identified
+            store.source = source
+            store._advise()
+        return store
+
+    def _advise(self) -> None:
+        """Neighbour lists are read at random (see :func:`advise_rows`)."""
+        advise_rows(t for csc in self.csc.values() for t in (csc.indptr, csc.indices))
+
+    @classmethod
+    def _open(cls, meta: PartitionMeta, pid: int, path: Path, mmap: bool,
+              deep: bool) -> "LocalGraphStore":
+        graph = check_graph(io.load_pt(path, "graph file", mmap=mmap), meta, pid, path, deep)
         csc = {et: CSC(indptr, indices, meta.node_offsets[et[2]][pid], meta.edge_offsets[et][pid])
                for et, (indptr, indices) in graph.csc.items()}
         return cls(meta, pid, csc, graph.halo, graph.halo_attrs)
+
+    @property
+    def graph_file(self) -> str:
+        """The file the partition's edges come from (for error messages)."""
+        if self.source is not None:
+            return self.source.files[0].path
+        return f"partition {self.part} (held in memory)"
+
+    # ---- pickling: a mapped store travels as its file, not its bytes -----------
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self.source is not None:
+            state.update(csc=None, halo=None, halo_attrs=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.source is not None:
+            self.source.check_unchanged()
+            path = Path(self.source.files[0].path)
+            mapped = self._open(self.meta, self.part, path, mmap=True, deep=False)
+            self.csc, self.halo, self.halo_attrs = mapped.csc, mapped.halo, mapped.halo_attrs
+            self._advise()
 
     # ---- partition books -------------------------------------------------------
     @property
@@ -157,10 +207,12 @@ class LocalGraphStore(GraphStore):
         return self._extra.pop(key, None) is not None
 
     def share_memory_(self) -> "LocalGraphStore":
-        """Moves the stored tensors to shared memory (for sampler worker processes)."""
-        for csc in self.csc.values():
-            csc.indptr.share_memory_()
-            csc.indices.share_memory_()
+        """Moves the stored tensors to shared memory (for sampler worker processes); a
+        mapped store's tensors are shared already (workers map the same file)."""
+        if self.source is None:
+            for csc in self.csc.values():
+                csc.indptr.share_memory_()
+                csc.indices.share_memory_()
         return self
 
     def __repr__(self) -> str:

@@ -2,7 +2,9 @@
 
 Each case writes one corrupted file into a copy of a small partition folder and
 checks that loading raises :class:`PartitionFormatError` naming the file and the
-problem, in this process (never a crash later, in sampling).
+problem, in this process (never a crash later, in sampling). A mapped store
+(``mmap=True``) skips the per-edge checks at open; those cases raise naming the file
+when sampling reads the bad ids instead.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, P
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.partition import io
 from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.typing import HOMO_EDGE, edge_key
 
 HOMO = edge_key(HOMO_EDGE)
@@ -99,12 +102,47 @@ GRAPH_CASES = {
 }
 
 
+#: cases a mapped store finds when sampling reads them, not at open (one pass per edge)
+PER_EDGE = {"indices too large", "indices negative", "halo misses a source"}
+
+
 @pytest.mark.parametrize("case", sorted(GRAPH_CASES))
-def test_corrupted_graph_file_is_named(homo_parts: Path, tmp_path: Path, case: str) -> None:
+@pytest.mark.parametrize("mmap", [False, True])
+def test_corrupted_graph_file_is_named(homo_parts: Path, tmp_path: Path, case: str,
+                                       mmap: bool) -> None:
     keys, value, message = GRAPH_CASES[case]
     root = _corrupt(homo_parts, tmp_path, io.GRAPH_FILE, lambda g: _set(g, keys, value))
-    with pytest.raises(PartitionFormatError, match=r"part_0/graph\.pt: .*" + message):
-        LocalGraphStore.from_partition(root, 0)
+    named = r"part_0/graph\.pt: .*" + message
+    if not (mmap and case in PER_EDGE):
+        with pytest.raises(PartitionFormatError, match=named):
+            LocalGraphStore.from_partition(root, 0, mmap=mmap)
+        return
+    graph = LocalGraphStore.from_partition(root, 0, mmap=True)
+    sampler = LocalSampler(graph, LocalFeatureStore.from_partition(root, 0))
+    if "halo" in case:  # harmless without time: see test_mapped_halo_miss_is_named
+        sampler.sample(HOMO_EDGE, graph.owned_nodes(), -1, False, 0)
+        return
+    with pytest.raises(PartitionFormatError, match=named.replace("range", "outside")):
+        sampler.sample(HOMO_EDGE, graph.owned_nodes(), -1, False, 0)
+
+
+def test_mapped_halo_miss_is_named(hetero_parts: Path, tmp_path: Path) -> None:
+    """A halo node missing (with its time) is found when temporal sampling needs it."""
+    def edit(graph: dict) -> dict:
+        halo = graph["halo"]["paper"]
+        keep = halo != graph["csc"][CITES]["indices"][torch.isin(
+            graph["csc"][CITES]["indices"], halo)][0]  # a halo source of a citation
+        graph["halo"]["paper"] = halo[keep]
+        graph["halo_attrs"]["paper"]["time"] = graph["halo_attrs"]["paper"]["time"][keep]
+        return graph
+
+    root = _corrupt(hetero_parts, tmp_path, io.GRAPH_FILE, edit)
+    with pytest.raises(PartitionFormatError, match=r"graph\.pt: .*halo.*miss"):
+        LocalGraphStore.from_partition(root, 0, mmap=False)
+    graph = LocalGraphStore.from_partition(root, 0, mmap=True)
+    sampler = LocalSampler(graph, LocalFeatureStore.from_partition(root, 0))
+    with pytest.raises(PartitionFormatError, match=r"part_0/graph\.pt: .*halo.*miss"):
+        sampler._source_time(("paper", "cites", "paper"), "time")  # the source-time path
 
 
 def test_graph_file_that_is_not_a_dict_is_named(homo_parts: Path, tmp_path: Path) -> None:

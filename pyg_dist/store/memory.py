@@ -1,0 +1,27 @@
+"""How much memory this process holds: resident (RSS) and proportional (PSS) set size.
+
+PSS divides every shared page by the number of processes mapping it, so the PSS of
+all trainers on a machine sums to what they really hold together; with mapped
+partitions that is about one copy of the partition, whatever their number.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+
+def process_memory(pid: str = "self") -> Dict[str, Optional[float]]:
+    """``{"rss_mb": ..., "pss_mb": ..., "anon_mb": ...}`` of process ``pid`` from
+    ``/proc/<pid>/smaps_rollup`` (``None`` where the kernel does not provide it).
+    ``anon_mb`` is the process's own (anonymous) memory; the rest of its PSS is its
+    share of mapped files (partitions, libraries)."""
+    out: Dict[str, Optional[float]] = {"rss_mb": None, "pss_mb": None, "anon_mb": None}
+    names = {"Rss": "rss_mb", "Pss": "pss_mb", "Anonymous": "anon_mb"}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in names:
+                    out[names[key]] = round(int(rest.split()[0]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
