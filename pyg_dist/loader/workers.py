@@ -12,8 +12,8 @@ import os
 import queue
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.multiprocessing as tmp
@@ -35,17 +35,20 @@ class WorkerSpec:
     batch_timeout: float
     index: int
     threads: int = 1
+    direct: Dict[int, Dict[str, Any]] = field(default_factory=dict)  # as the trainer chose
 
 
 def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
     torch.set_num_threads(spec.threads)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
+    from pyg_dist.sampler.direct import open_direct
     from pyg_dist.sampler.serving import _served
     from pyg_dist.sampler.warmup import warm_up
 
     warm_up()  # before joining: no peer waits on this worker's compiler
     group = runtime.init_rpc(spec.ctx, spec.graph.num_parts,
                              _served(spec.features, spec.graph), group=spec.group)
+    group.direct = open_direct(spec.direct)  # the same partitions its trainer reads directly
     graceful = True
     try:
         kwargs = dict(spec.producer.sampler_kwargs)

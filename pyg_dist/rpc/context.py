@@ -42,6 +42,10 @@ class DistContext:
             world_size=, global_world_size=, group_name=)``). pyg_dist has one group of
             trainers, so the global values must equal ``rank`` / ``world_size``;
             ``group_name`` is informative only (RPC groups are named by pyg_dist).
+        direct_reads (bool, optional): read other partitions' files directly when
+            their owner runs on this machine and mapped them
+            (:mod:`pyg_dist.sampler.direct`); ``None`` (default): on unless
+            ``PYG_DIST_DIRECT_READS=0``.
     """
     rank: int = 0
     world_size: int = 1
@@ -55,6 +59,7 @@ class DistContext:
     global_world_size: Optional[int] = None
     group_name: str = ""
     role: Optional[object] = None
+    direct_reads: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:

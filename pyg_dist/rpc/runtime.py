@@ -18,6 +18,7 @@ timeout. Errors about a peer name it, and add what the health watchdog knows of 
 from __future__ import annotations
 
 import atexit
+import contextvars
 import itertools
 import logging
 import os
@@ -35,12 +36,13 @@ from pyg_dist.rpc import health, network
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
-from pyg_dist.rpc.registry import RemoteFailure, dispatch, run_local
+from pyg_dist.rpc.registry import RemoteFailure, dispatch, reads_partition_only, run_local
 
 log = logging.getLogger("pyg_dist")
 
 _SCHEME = "pygdist"
 _LOCK = threading.Lock()
+_SERVING: contextvars.ContextVar = contextvars.ContextVar("pyg_dist_serving", default=None)
 
 
 class RpcPeerError(RuntimeError):
@@ -121,6 +123,12 @@ class RpcGroup:
     served: Dict[str, Any] = field(default_factory=dict)
     cpu_group: Optional[Any] = None
     loaders: int = 0  # loaders built collectively in this group (their agreed number)
+    #: partition -> objects serving it from files this process mapped itself (same
+    #: machine, same files): read-only callees for it run here, without RPC
+    direct: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+    direct_calls: int = 0  # calls served that way (for logs and tests)
+    direct_infos: Dict[int, Dict[str, Any]] = field(default_factory=dict)  # the owners' infos
+    infos: list = field(default_factory=list)  # every rank's info from the join
     _cursor: Dict[int, Iterator[int]] = field(default_factory=dict)
 
     @property
@@ -159,17 +167,29 @@ class RpcGroup:
         peer named; a dead, silent or unreachable peer gives :class:`RpcPeerError`.
         """
         if rank == self.rank:
-            fut: torch.futures.Future = torch.futures.Future()
-            try:
-                fut.set_result(run_local(callee, *args))
-            except Exception as exc:  # delivered through the future
-                fut.set_exception(exc)
-            return wrap_future(fut, self.loop.loop)
+            return self._here(callee, args)
+        part = self.ctx.partition_of(rank, self.num_parts)
+        if part in self.direct and reads_partition_only(callee):
+            self.direct_calls += 1
+            return self._here(callee, args, self.direct[part])
         fut = rpc.rpc_async(self.worker_name(rank), dispatch, args=(callee, *args),
                             timeout=self.ctx.rpc_timeout)
         where = f"pyg_dist RPC '{callee}' on {self.describe(rank)}"
         return wrap_future(fut, self.loop.loop, lambda e: _peer_error(e, self, rank, where),
                            lambda value: _unwrap(value, where))
+
+    def _here(self, callee: str, args: tuple, serving: Optional[Dict[str, Any]] = None) -> Any:
+        """Runs ``callee`` in this process (serving ``serving`` instead of ``self.served``
+        when given); returns a completed future of the loop."""
+        fut: torch.futures.Future = torch.futures.Future()
+        token = _SERVING.set(serving)
+        try:
+            fut.set_result(run_local(callee, *args))
+        except Exception as exc:  # delivered through the future
+            fut.set_exception(exc)
+        finally:
+            _SERVING.reset(token)
+        return wrap_future(fut, self.loop.loop)
 
     def call(self, rank: int, callee: str, *args: Any) -> Any:
         """Blocking form of :meth:`call_async` (do not use from the loop thread)."""
@@ -236,14 +256,16 @@ def init_process_group(backend: Optional[str] = None, ctx: Optional[DistContext]
 
 def init_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] = None,
              group: str = "trainers", must_match: Optional[Dict[str, Any]] = None,
-             error: Optional[BaseException] = None) -> RpcGroup:
+             error: Optional[BaseException] = None,
+             info: Optional[Dict[str, Any]] = None) -> RpcGroup:
     """Joins (collectively) the RPC group ``group`` of ``ctx.world_size`` processes.
 
     Every rank must call it. With ``world_size == 1`` no RPC agent is started: all
     calls run in-process. ``served`` are the objects this process serves to peers
     (e.g. ``{"graph": graph_store, "feature": feature_store}``). For the trainers'
     group, ``must_match`` (e.g. the partitioning's identity) is compared across
-    ranks before anyone joins, and a rank's own ``error`` is raised on every rank.
+    ranks before anyone joins, and a rank's own ``error`` is raised on every rank;
+    every rank's ``info`` is kept in the group's ``infos``.
 
     Raises:
         DisagreementError: on every rank, when ranks disagree on ``must_match``.
@@ -255,21 +277,22 @@ def init_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] 
                                f"call shutdown_rpc() first")
     trainers = group == "trainers"
     cpu_group = None
+    infos = [info or {}]
     try:
         ctx.partition_id(num_parts)  # validates world_size vs num_parts
     except ValueError as exc:
         error = error or exc
     if ctx.is_distributed and trainers:
         cpu_group = ensure_process_group(ctx)
-        agree(f"joining pyg_dist RPC ({group})", {"num_parts": num_parts,
-                                                  **(must_match or {})},
-              ctx.world_size, cpu_group, error=error)
+        infos = agree(f"joining pyg_dist RPC ({group})", {"num_parts": num_parts,
+                                                          **(must_match or {})},
+                      ctx.world_size, cpu_group, info=info, error=error)
     elif error is not None:
         raise error
     name = f"{group}{_generation(ctx, group)}" if trainers else group
     with _LOCK:
         state = RpcGroup(ctx, name, num_parts, EventLoopThread(f"pyg_dist-{name}"),
-                         dict(served or {}), cpu_group)
+                         dict(served or {}), cpu_group, infos=infos)
         _GROUP = state
     if ctx.is_distributed:
         _join(state, trainers)
@@ -368,11 +391,13 @@ def is_initialized() -> bool:
 
 
 def served(name: str) -> Any:
-    """An object this process serves to its peers (used inside callees)."""
-    obj = current().served.get(name)
+    """An object this process serves to its peers (used inside callees); inside a
+    direct call (:meth:`RpcGroup._here`), the object of the partition called."""
+    serving = _SERVING.get() or current().served
+    obj = serving.get(name)
     if obj is None:
         raise KeyError(f"this pyg_dist worker serves no '{name}' "
-                       f"(serving: {sorted(current().served)})")
+                       f"(serving: {sorted(serving)})")
     return obj
 
 

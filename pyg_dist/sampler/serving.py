@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler import direct
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -63,8 +64,11 @@ def init_rpc(ctx: Optional[DistContext] = None,
     except ValueError as exc:  # raised on every rank by the agreement
         error = exc
     warm_up()
-    return runtime.init_rpc(ctx, graph.num_parts, _served(features, graph),
-                            must_match=partitioning(graph), error=error)
+    group = runtime.init_rpc(ctx, graph.num_parts, _served(features, graph),
+                             must_match=partitioning(graph), error=error,
+                             info=direct.serving_info(ctx, features, graph))
+    direct.attach(group, features, graph)
+    return group
 
 
 def _served(features: LocalFeatureStore, graph: LocalGraphStore) -> dict:
@@ -114,7 +118,10 @@ def _start_serving(group: RpcGroup, features: LocalFeatureStore,
         group.served.update(_served(features, graph))
     try:
         if group.ctx.is_distributed:
-            group.agree("serving a partition", partitioning(graph), error=error)
+            group.infos = group.agree("serving a partition", partitioning(graph),
+                                      info=direct.serving_info(group.ctx, features, graph),
+                                      error=error)
+            direct.attach(group, features, graph)
         elif error is not None:
             raise error
     except BaseException:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 import torch
@@ -17,6 +17,7 @@ import torch
 from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.partition import io
 from pyg_dist.rpc import RpcPeerError, shutdown_rpc
+from pyg_dist.sampler.direct import ENV as DIRECT_ENV
 from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
@@ -42,7 +43,9 @@ def _run(sampler: DistNeighborSampler, seeds: Dict, seed_time=None, fetch: bool 
 
 
 def _sampling_job(root: str, seeds_per_rank: List[Dict], fanouts: List[int],
-                  kwargs: Dict) -> List[dict]:
+                  kwargs: Dict) -> Tuple[List[dict], List[int], int]:
+    """Samples and fetches; also returns the partitions read directly (same machine,
+    mapped files) and how many calls went that way instead of over RPC."""
     ctx, data = _stores(root)
     try:
         out = []
@@ -50,9 +53,22 @@ def _sampling_job(root: str, seeds_per_rank: List[Dict], fanouts: List[int],
                                       **kwargs)
         for seeds in seeds_per_rank[ctx.rank]:
             out.append(_run(sampler, seeds))
-        return out
+        return out, sorted(sampler.group.direct), sampler.group.direct_calls
     finally:
         shutdown_rpc()
+
+
+def _check_direct(results: list, num_parts: int, direct: str) -> List[List[dict]]:
+    """Direct reads were used exactly when allowed (so both paths are really tested);
+    returns the sampled outputs."""
+    for rank, (_, parts, calls) in enumerate(results):
+        pid = rank * num_parts // len(results)
+        others = [p for p in range(num_parts) if p != pid]
+        if direct == "1":
+            assert parts == others and (calls > 0 or not others), (rank, parts, calls)
+        else:
+            assert parts == [] and calls == 0, (rank, parts, calls)
+    return [r[0] for r in results]
 
 
 # ---- fixtures: partitioned graphs ---------------------------------------------------
@@ -131,27 +147,29 @@ def _check_full(data, root: Path, seeds_per_rank, results) -> None:
                 assert torch.equal(torch.stack([src, dst]), edges[et][:, oid])
 
 
+# direct: "1" reads same-machine partitions from their mapped files, "0" over RPC
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("num_parts,world", [(1, 1), (2, 2), (3, 3), (2, 4)])
-def test_full_fanout_is_khop_neighbourhood_cora(cora_parts, num_parts, world):
+@pytest.mark.parametrize("num_parts,world,direct", [(1, 1, "1"), (2, 2, "0"), (2, 2, "1"),
+                                                    (3, 3, "0"), (3, 3, "1"), (2, 4, "1")])
+def test_full_fanout_is_khop_neighbourhood_cora(cora_parts, num_parts, world, direct):
     """``world > num_parts``: several trainers share a partition (requests spread)."""
     data, roots = cora_parts
     node_map, _ = _maps(roots[num_parts], False)
     seeds = _seed_sets(node_map, HOMO_NODE, world, 2, 25)
     results = run_ranks(_sampling_job, world, str(roots[num_parts]), seeds, [-1] * HOPS,
-                        {}, timeout=150)
-    _check_full(data, roots[num_parts], seeds, results)
+                        {}, timeout=150, extra_env={DIRECT_ENV: direct})
+    _check_full(data, roots[num_parts], seeds, _check_direct(results, num_parts, direct))
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("num_parts", [2, 3])
-def test_full_fanout_is_khop_neighbourhood_hetero(hetero_parts, num_parts):
+@pytest.mark.parametrize("num_parts,direct", [(2, "0"), (2, "1"), (3, "1")])
+def test_full_fanout_is_khop_neighbourhood_hetero(hetero_parts, num_parts, direct):
     data, roots = hetero_parts
     node_map, _ = _maps(roots[num_parts], True)
     seeds = _seed_sets(node_map, "paper", num_parts, 2, 10)
     results = run_ranks(_sampling_job, num_parts, str(roots[num_parts]), seeds, [-1] * HOPS,
-                        {}, timeout=150)
-    _check_full(data, roots[num_parts], seeds, results)
+                        {}, timeout=150, extra_env={DIRECT_ENV: direct})
+    _check_full(data, roots[num_parts], seeds, _check_direct(results, num_parts, direct))
 
 
 # ---- fan-out k: real edges, min(k, degree) per node, no duplicates, fair draws ---------
@@ -367,7 +385,8 @@ def _unretrieved_after_dead_fetch(sampler: DistNeighborSampler, first_remote: in
 @pytest.mark.timeout(120)
 def test_faults_out_of_range_remote_error_and_dead_peer(cora_parts):
     _, roots = cora_parts
-    out = run_ranks(_fault_job, 2, str(roots[2]), timeout=100, may_die=[1])[0]
+    out = run_ranks(_fault_job, 2, str(roots[2]), timeout=100, may_die=[1],
+                    extra_env={DIRECT_ENV: "0"})[0]  # peer faults: the RPC path
     assert "out of range" in out["range"] or "2708" in out["range"], out["range"]
     assert "trainers0-1" in out["remote"] and "own" in out["remote"], out["remote"]
     assert "rank 1" in out["dead"] and out["dead_after_s"] < 30, out
