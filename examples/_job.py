@@ -30,7 +30,8 @@ from torch import Tensor
 from pyg_dist import (DistContext, LocalFeatureStore, LocalGraphStore, init_process_group,
                       shutdown_rpc)
 from pyg_dist.partition import PartitionMeta, io
-from pyg_dist.rpc import health
+from pyg_dist.rpc import health, runtime
+from pyg_dist.store.memory import process_memory
 
 # torch.distributed.rpc's own init passes a gloo Backend where a ProcessGroup is expected
 # (a torch-internal deprecation warning, once per rank): keep the progress output clean.
@@ -75,6 +76,9 @@ def base_parser(description: str, epochs: int, batch_size: int, lr: float, hidde
     p.add_argument("--log-every", type=int, default=50,
                    help="progress within an epoch (rank 0): a bar on a terminal, else a "
                         "line every N batches (0: none)")
+    p.add_argument("--no-mmap", action="store_true",
+                   help="read the partition into this process's memory instead of mapping "
+                        "it (mapped: one copy per machine, shared by every trainer)")
     return p
 
 
@@ -88,6 +92,9 @@ class Job:
     device: torch.device
     log_every: int = 50
     started: float = field(default_factory=time.perf_counter)
+    open_s: float = float("nan")  # seconds to open the partition's stores
+    mmap: bool = True
+    memory: Dict[str, Any] = field(default_factory=dict)  # recorded by finish()
 
     @property
     def is_main(self) -> bool:
@@ -122,9 +129,11 @@ def setup(args: argparse.Namespace) -> Job:
         pid = ctx.partition_id(meta.num_parts)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
-    data = (LocalFeatureStore.from_partition(args.partition_dir, pid),
-            LocalGraphStore.from_partition(args.partition_dir, pid))
-    return Job(ctx, data, meta, device, log_every=args.log_every)
+    start, mmap = time.perf_counter(), not args.no_mmap
+    data = (LocalFeatureStore.from_partition(args.partition_dir, pid, mmap=mmap),
+            LocalGraphStore.from_partition(args.partition_dir, pid, mmap=mmap))
+    return Job(ctx, data, meta, device, log_every=args.log_every,
+               open_s=time.perf_counter() - start, mmap=mmap)
 
 
 def _device(name: str, ctx: DistContext) -> torch.device:
@@ -146,9 +155,11 @@ def wrap_ddp(model: torch.nn.Module, job: Job) -> torch.nn.Module:
 
 
 def finish(job: Job, loaders: Sequence[Any]) -> None:
-    """Closes the loaders, leaves RPC (waits for the peers) and the process group."""
+    """Closes the loaders, records memory (collective), leaves RPC (waits for the peers)
+    and the process group."""
     for loader in loaders:
         loader.close()
+    job.memory = memory(job)
     shutdown_rpc()
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -216,6 +227,27 @@ def log(job: Job, message: str) -> None:
         print(message, flush=True)
 
 
+def memory(job: Job) -> Dict[str, Any]:
+    """Store opening time and memory of every rank (collective, before RPC and the
+    process group are left), and which partitions this rank read directly from their
+    files on this machine instead of over RPC."""
+    mine = {"open_s": round(job.open_s, 4), **process_memory()}
+    ranks = [mine]
+    if job.distributed:
+        ranks = [None] * job.ctx.world_size
+        dist.all_gather_object(ranks, mine)
+    group = runtime.current() if runtime.is_initialized() else None
+    pss = [r["pss_mb"] for r in ranks]
+    return {"mmap": job.mmap, "open_s": mine["open_s"], "rss_mb": mine["rss_mb"],
+            "pss_mb": mine["pss_mb"], "open_s_max": max(r["open_s"] for r in ranks),
+            "rss_mb_sum": _sum([r["rss_mb"] for r in ranks]), "pss_mb_sum": _sum(pss),
+            "direct_parts": sorted(group.direct) if group is not None else []}
+
+
+def _sum(values: List[Any]) -> Any:
+    return None if any(v is None for v in values) else round(sum(values), 1)
+
+
 def emit(job: Job, results: Dict[str, Any], args: argparse.Namespace) -> None:
     """The example's ONE JSON line of results (rank 0 only), after everything else."""
     if not job.is_main:
@@ -223,6 +255,6 @@ def emit(job: Job, results: Dict[str, Any], args: argparse.Namespace) -> None:
     common = {"num_parts": job.meta.num_parts, "world_size": job.ctx.world_size,
               "epochs": args.epochs, "batch_size": args.batch_size,
               "num_workers": args.num_workers, "device": job.device.type,
-              "total_s": round(time.perf_counter() - job.started, 2)}
+              "total_s": round(time.perf_counter() - job.started, 2), **job.memory}
     clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in results.items()}
     print(json.dumps({**clean, **common}), flush=True)  # NaN (not measured) -> null
