@@ -3,7 +3,7 @@ exact accuracy over every rank."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,8 @@ def splits(args: argparse.Namespace) -> Tuple[str, ...]:
 
 
 def node_loaders(job: Job, args: argparse.Namespace, *split_names: str,
-                 node_type: Optional[str] = None, **options: Any) -> List[DistNeighborLoader]:
+                 node_type: Optional[str] = None, train_options: Optional[Dict[str, Any]] = None,
+                 **options: Any) -> List[DistNeighborLoader]:
     """One loader per split over this rank's share of it (``node_split``).
 
     The first (training) loader shuffles, samples with ``--num-neighbors`` in
@@ -52,7 +53,7 @@ def node_loaders(job: Job, args: argparse.Namespace, *split_names: str,
     with ``--eval-neighbors``, in-process, each seed exactly once
     (``even_batches=False``: the unwrapped model runs no collective per batch, and a
     rank that finishes early keeps serving its partition to the others over RPC).
-    ``options`` go to every loader.
+    ``options`` go to every loader, ``train_options`` to the training loader only.
     """
     loaders = []
     for i, split in enumerate(split_names):
@@ -64,8 +65,34 @@ def node_loaders(job: Job, args: argparse.Namespace, *split_names: str,
             input_nodes=ids if node_type is None else (node_type, ids),
             batch_size=args.batch_size, shuffle=train,
             num_workers=args.num_workers if train else 0, device=job.device,
-            even_batches=train, seed=args.seed + i, current_ctx=job.ctx, **options))
+            even_batches=train, seed=args.seed + i, current_ctx=job.ctx,
+            **options, **((train_options or {}) if train else {})))
     return loaders
+
+
+def parse_budget(text: str) -> Any:
+    """``0.1`` -> a fraction (float); ``200MB``, ``2GB``, ``50000`` -> bytes (int)."""
+    units = {"KB": 1e3, "MB": 1e6, "GB": 1e9}
+    upper = text.strip().upper()
+    try:
+        for unit, scale in units.items():
+            if upper.endswith(unit):
+                return int(float(upper[:-2]) * scale)
+        value = float(upper)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction or a size, got {text!r}")
+    return int(value) if value > 1 or upper.isdigit() else value
+
+
+def cache_report(loader: DistNeighborLoader) -> Dict[str, Any]:
+    """Feature cache figures of the training loader's in-process sampler (``None``
+    without a cache, or when sampler workers hold the caches)."""
+    cache = loader.sampler.fetcher.cache
+    if cache is None or loader.num_workers > 0:
+        return {"cache_mb": None, "cache_hit_rate": None, "cache_saved_mb": None}
+    return {"cache_mb": round(cache.nbytes / 1e6, 2),
+            "cache_hit_rate": round(cache.stats.hit_rate, 4),
+            "cache_saved_mb": round(cache.stats.bytes_saved / 1e6, 2)}
 
 
 def classify_step(predict: Predict, optimizers: Sequence[Any]) -> Step:

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = J.base_parser("GraphSAGE node classification with pyg_dist", epochs=10,
                       batch_size=256, lr=0.005, hidden=128)
     p.add_argument("--concurrency", type=int, default=2, help="batches in flight per sampler")
+    p.add_argument("--feature-cache", type=N.parse_budget, default=None,
+                   help="cache the most referenced remote nodes' features for training: a "
+                        "fraction of the halo nodes (0.1) or bytes (200MB)")
     p.add_argument("--normalize-features", action="store_true",
                    help="row-normalise x (like PyG's NormalizeFeatures; good for Planetoid)")
     return p
@@ -57,11 +60,13 @@ def main() -> None:
     ddp = J.wrap_ddp(model, job)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     loaders = N.node_loaders(job, args, *N.splits(args), concurrency=args.concurrency,
-                             transform=N.normalize_rows if args.normalize_features else None)
+                             transform=N.normalize_rows if args.normalize_features else None,
+                             train_options={"feature_cache": args.feature_cache})
     J.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
                f"classes={classes} train batches/epoch={len(loaders[0])} device={job.device}")
     results = E.fit(job, args, loaders, N.classify_step(predict(ddp), [optimizer]),
                     lambda loader: N.accuracy(job, model, loader, predict(model)))
+    results.update(N.cache_report(loaders[0]))
     J.finish(job, loaders)
     J.emit(job, results, args)
 

@@ -81,6 +81,10 @@ class DistLoader:
             training; evaluation may disable it.
         seed (int): base seed of shuffling and sampling.
         pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
+        feature_cache (int or float, optional): cache the node attributes of the remote
+            nodes this partition's edges reference most (bytes, or a fraction of the
+            halo nodes); see :class:`~pyg_dist.DistNeighborSampler`. Each sampler
+            process (trainer or worker) holds its own copy.
         **pyg_options: the loader options of ``torch_geometric.distributed``
             (``master_addr``, ``master_port``, ``async_sampling``, ``persistent_workers``,
             ``filter_per_worker``, ``num_rpc_threads``), accepted so its scripts run
@@ -96,7 +100,8 @@ class DistLoader:
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  transform: Optional[Callable[[Batch], Batch]] = None,
                  even_batches: bool = True, seed: int = 0,
-                 pin_memory: Optional[bool] = None, **pyg_options: Any) -> None:
+                 pin_memory: Optional[bool] = None,
+                 feature_cache: Union[int, float, None] = None, **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
         self.ctx = _context(current_ctx)
         sampling = dict(num_neighbors=num_neighbors, replace=replace,
@@ -113,8 +118,8 @@ class DistLoader:
             own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
         except _LOCAL_ERRORS as exc:  # raised on every rank by the agreement
             error = exc
-        self.spec = ProducerSpec({**sampling, "seed": seed}, seeds.kind, seeds.input_type,
-                                 seeds.neg_sampling)
+        self.spec = ProducerSpec({**sampling, "seed": seed, "feature_cache": feature_cache},
+                                 seeds.kind, seeds.input_type, seeds.neg_sampling)
         counts = self._agree(seeds, config, num_workers, even_batches, own, error)
         self.sampler = DistNeighborSampler(data, current_ctx=self.ctx, **self.spec.sampler_kwargs)
         group = self.sampler.group

@@ -28,6 +28,7 @@ from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler.cache import Budget, FeatureCache, choose
 from pyg_dist.sampler.checks import RowLayout, check_feature_response, check_index
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, empty_large, prefetch
 from pyg_dist.sampler.local import LocalSampler
@@ -137,6 +138,7 @@ class _Job:
     num_rows: int               # rows fetched (unique ids when deduplicated)
     inverse: Optional[Tensor]   # output row i = fetched row inverse[i] (None: identity)
     out: Dict[str, Tensor] = field(default_factory=dict)
+    cached: Optional[Tuple[Tensor, Tensor]] = None  # (output rows, cache rows) served here
 
 
 @dataclass
@@ -214,6 +216,20 @@ class FeatureFetcher:
         self.max_rpc_bytes = max(int(max_rpc_bytes), 1)
         self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
         self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
+        self.cache: Optional[FeatureCache] = None  # see build_cache()
+
+    def build_cache(self, budget: Budget, skip_parts: Tuple[int, ...] = ()) -> Optional[FeatureCache]:
+        """Fills :attr:`cache` with the most referenced remote node rows within
+        ``budget`` (see :mod:`pyg_dist.sampler.cache`); ``0``/``None`` disables it."""
+        self.cache = None
+        row_bytes = {t: self._bytes_per_row("nodes", t, attrs)
+                     for t, attrs in self.node_attrs.items() if attrs}
+        chosen = choose(self.local.graph, row_bytes, budget, skip_parts)
+        if not any(ids.numel() for ids in chosen.values()):
+            return None
+        fetched = self.group.loop.run(self.fetch(chosen, {}, unique=False))
+        self.cache = FeatureCache(chosen, fetched.nodes, {t: row_bytes[t] for t in chosen})
+        return self.cache
 
     async def fetch(self, nodes: Dict[NodeType, Tensor], edges: Dict[EdgeType, Tensor],
                     unique: bool = True) -> FeatureResponse:
@@ -235,6 +251,10 @@ class FeatureFetcher:
                 for share in job.shares:
                     if share.part == self.group.part:
                         self._gather_local(job, share)
+                if job.cached is not None and self.cache is not None:
+                    for attr in job.attrs:
+                        _place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
+                               job.cached[1])
             layouts.update(_layouts(jobs))
 
         def place(sent: _Pending, response: FeatureResponse) -> None:
@@ -255,25 +275,44 @@ class FeatureFetcher:
         inverse = None
         if unique:
             ids, inverse = _dedupe(ids)
-        attrs = (self.node_attrs if kind == "nodes" else self.edge_attrs)[group]
-        return _Job(kind, group, list(attrs), _shares(ids, book), ids.numel(), inverse)
+        attrs = list((self.node_attrs if kind == "nodes" else self.edge_attrs)[group])
+        cache = self.cache
+        if kind != "nodes" or cache is None or not cache.covers(group, attrs):
+            return _Job(kind, group, attrs, _shares(ids, book), ids.numel(), inverse)
+        hit_rows, cache_rows = cache.lookup(group, ids)
+        miss = torch.ones(ids.numel(), dtype=torch.bool)
+        miss[hit_rows] = False
+        miss_rows = torch.nonzero(miss).view(-1)
+        shares = [_Share(s.part, s.ids, miss_rows[s.rows[0]:s.rows[1]] if isinstance(s.rows, tuple)
+                         else miss_rows[s.rows]) for s in _shares(ids[miss_rows], book)]
+        remote = sum(s.ids.numel() for s in shares if s.part != self.group.part)
+        cache.count(group, hit_rows.numel(), remote)
+        return _Job(kind, group, attrs, shares, ids.numel(), inverse,
+                    cached=(hit_rows, cache_rows) if hit_rows.numel() else None)
 
     def _layout(self, job: _Job, attr: str) -> Tuple[Tuple[int, ...], torch.dtype]:
+        return self._attr_layout(job.kind, job.group, attr)
+
+    def _attr_layout(self, kind: str, group: Group, attr: str
+                     ) -> Tuple[Tuple[int, ...], torch.dtype]:
         """Per-row shape and dtype of an attribute (as stored here, else as in META)."""
         store = self.local.features
-        if store.has(job.group, attr):
-            t = store.tensor(job.group, attr)
+        if store.has(group, attr):
+            t = store.tensor(group, attr)
             return tuple(t.shape[1:]), t.dtype
-        specs = self.meta.node_attrs if job.kind == "nodes" else self.meta.edge_attrs
-        spec = specs[job.group][attr]
+        specs = self.meta.node_attrs if kind == "nodes" else self.meta.edge_attrs
+        spec = specs[group][attr]
         return tuple(spec.shape), getattr(torch, spec.dtype)
 
-    def _row_bytes(self, job: _Job) -> int:
+    def _bytes_per_row(self, kind: str, group: Group, attrs: List[str]) -> int:
         total = 0
-        for attr in job.attrs:
-            shape, dtype = self._layout(job, attr)
+        for attr in attrs:
+            shape, dtype = self._attr_layout(kind, group, attr)
             total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return max(total, 1)
+
+    def _row_bytes(self, job: _Job) -> int:
+        return self._bytes_per_row(job.kind, job.group, job.attrs)
 
     def _allocate(self, job: _Job) -> None:
         for attr in job.attrs:

@@ -6,6 +6,7 @@ owned part locally meanwhile, then merge, dedupe and relabel.
 """
 from __future__ import annotations
 
+import logging
 from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -17,6 +18,7 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_state import HopState
@@ -26,6 +28,8 @@ from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, Lin
                                     SamplingConfig)
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
+
+log = logging.getLogger("pyg_dist")
 
 Output = Union[SamplerOutput, HeteroSamplerOutput]
 
@@ -47,6 +51,12 @@ class DistNeighborSampler(BaseSampler):
             ``disjoint``): no sampled neighbour is newer than its seed.
         weight_attr (str, optional): edge attribute with sampling weights.
         seed (int, optional): random seed (default: drawn from torch's generator).
+        feature_cache (int or float, optional): keep the node attributes of the remote
+            nodes most referenced by this partition's edges, within this many bytes
+            (``int``) or this fraction of each node type's halo nodes (``float`` in
+            ``(0, 1]``); fetched once, here (:mod:`pyg_dist.sampler.cache`). Rows are
+            exactly the owners'; this rank's feature store then refuses ``put`` (its
+            peers may cache it). ``None``/``0``: no cache.
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
@@ -54,15 +64,30 @@ class DistNeighborSampler(BaseSampler):
                  replace: bool = False, subgraph_type: str = "directional",
                  disjoint: bool = False, temporal_strategy: str = "uniform",
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None, feature_cache: Budget = None) -> None:
         features, graph = unpack_stores(data)
         self.features, self.graph, self.meta = features, graph, graph.meta
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr)
         self.group, self.local = serving_group(current_ctx, features, graph)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta)
+        if feature_cache:
+            self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
         self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
+
+    def _build_cache(self, budget: Budget) -> None:
+        """Fills the fetcher's cache, leaving out partitions whose owner holds more than
+        its files (rows ``put`` there could change)."""
+        skip = tuple(sorted({i["part"] for i in self.group.infos
+                             if i.get("private") and i.get("part") is not None}))
+        self.fetcher.build_cache(budget, skip)
+        self.features.seal("peers may cache rows of this partition (feature_cache); put "
+                           "before building loaders")
+        cache = self.fetcher.cache
+        log.info("pyg_dist: rank %d caches %d remote node rows (%.1f MB)%s", self.group.rank,
+                 cache.num_rows if cache else 0, (cache.nbytes if cache else 0) / 1e6,
+                 f", not of partitions {list(skip)}" if skip else "")
 
     @staticmethod
     def build_config(meta: PartitionMeta, num_neighbors: NumNeighbors, replace: bool = False,
