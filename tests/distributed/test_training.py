@@ -154,15 +154,23 @@ class LiveJob:
 
 
 def trainer_pid(marker: str, rank: int) -> int:
-    """The pid of trainer ``rank`` of the job with ``marker`` (torchrun sets RANK)."""
+    """The pid of trainer ``rank`` of the job with ``marker`` (torchrun sets RANK): of
+    the processes with that RANK (its sampler workers inherit it), the one whose parent
+    is not one of them."""
     needle = f"RANK={rank}".encode()
+    found = []
     for pid in processes_with(marker):
         try:
             if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                return pid
-        except OSError:
+                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                found.append((pid, ppid))
+        except (OSError, ValueError, IndexError):
             continue
-    raise AssertionError(f"no live trainer with RANK={rank}")
+    pids = {pid for pid, _ in found}
+    trainers = [pid for pid, ppid in found if ppid not in pids]
+    if not trainers:
+        raise AssertionError(f"no live trainer with RANK={rank}")
+    return trainers[0]
 
 
 def processes_with(marker: str) -> List[int]:
