@@ -79,6 +79,9 @@ def base_parser(description: str, epochs: int, batch_size: int, lr: float, hidde
     p.add_argument("--no-mmap", action="store_true",
                    help="read the partition into this process's memory instead of mapping "
                         "it (mapped: one copy per machine, shared by every trainer)")
+    p.add_argument("--wire-dtype", choices=["bf16", "fp16"], default=None,
+                   help="peers send float32 features as bfloat16/float16 (half the bytes "
+                        "over the network, values rounded; default: as stored)")
     return p
 
 
@@ -255,6 +258,7 @@ def emit(job: Job, results: Dict[str, Any], args: argparse.Namespace) -> None:
     common = {"num_parts": job.meta.num_parts, "world_size": job.ctx.world_size,
               "epochs": args.epochs, "batch_size": args.batch_size,
               "num_workers": args.num_workers, "device": job.device.type,
+              "wire_dtype": args.wire_dtype,
               "total_s": round(time.perf_counter() - job.started, 2), **job.memory}
     clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in results.items()}
     print(json.dumps({**clean, **common}), flush=True)  # NaN (not measured) -> null

@@ -66,7 +66,7 @@ def node_loaders(job: Job, args: argparse.Namespace, *split_names: str,
             batch_size=args.batch_size, shuffle=train,
             num_workers=args.num_workers if train else 0, device=job.device,
             even_batches=train, seed=args.seed + i, current_ctx=job.ctx,
-            **options, **((train_options or {}) if train else {})))
+            wire_dtype=args.wire_dtype, **options, **((train_options or {}) if train else {})))
     return loaders
 
 

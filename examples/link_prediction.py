@@ -81,7 +81,7 @@ def make_loaders(job: J.Job, args: argparse.Namespace) -> Dict[str, DistLinkNeig
             neg_sampling="binary", batch_size=args.batch_size, shuffle=train,
             num_workers=args.num_workers if train else 0, device=job.device,
             even_batches=train, seed=args.seed + i, current_ctx=job.ctx,
-            transform=lambda b: drop_held_out(b, args))
+            wire_dtype=args.wire_dtype, transform=lambda b: drop_held_out(b, args))
     return loaders
 
 

@@ -34,8 +34,10 @@ from pyg_dist.rpc import runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler import wire
 from pyg_dist.sampler.serving import partitioning
 from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -85,6 +87,9 @@ class DistLoader:
             nodes this partition's edges reference most (bytes, or a fraction of the
             halo nodes); see :class:`~pyg_dist.DistNeighborSampler`. Each sampler
             process (trainer or worker) holds its own copy.
+        wire_dtype (optional): float32 attributes peers send as ``bfloat16`` or
+            ``float16`` (half the bytes; values rounded to that type); a type for all,
+            or a dict by attribute (:mod:`pyg_dist.sampler.wire`). Default: as stored.
         **pyg_options: the loader options of ``torch_geometric.distributed``
             (``master_addr``, ``master_port``, ``async_sampling``, ``persistent_workers``,
             ``filter_per_worker``, ``num_rpc_threads``), accepted so its scripts run
@@ -101,7 +106,8 @@ class DistLoader:
                  transform: Optional[Callable[[Batch], Batch]] = None,
                  even_batches: bool = True, seed: int = 0,
                  pin_memory: Optional[bool] = None,
-                 feature_cache: Union[int, float, None] = None, **pyg_options: Any) -> None:
+                 feature_cache: Union[int, float, None] = None, wire_dtype: WireSpec = None,
+                 **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
         self.ctx = _context(current_ctx)
         sampling = dict(num_neighbors=num_neighbors, replace=replace,
@@ -118,7 +124,9 @@ class DistLoader:
             own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
         except _LOCAL_ERRORS as exc:  # raised on every rank by the agreement
             error = exc
-        self.spec = ProducerSpec({**sampling, "seed": seed, "feature_cache": feature_cache},
+        options = {"seed": seed, "feature_cache": feature_cache,
+                   "wire_dtype": wire.normalize(wire_dtype)}
+        self.spec = ProducerSpec({**sampling, **options},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
         counts = self._agree(seeds, config, num_workers, even_batches, own, error)
         self.sampler = DistNeighborSampler(data, current_ctx=self.ctx, **self.spec.sampler_kwargs)
@@ -151,6 +159,7 @@ class DistLoader:
             "kind": seeds.kind, "input type": seeds.input_type,
             "sampling options": repr(config), "negative sampling": repr(seeds.neg_sampling),
             "num_workers": num_workers, "even_batches": even_batches,
+            "feature_cache": repr(self.spec.sampler_kwargs.get("feature_cache")),
             "stored attributes": self.features.schema(),
             "labels set": self.features.labels is not None}
         cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
-import numba
 import numpy as np
 import torch
 from torch import Tensor
@@ -29,95 +28,38 @@ from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
-from pyg_dist.sampler.checks import RowLayout, check_feature_response, check_index
-from pyg_dist.sampler.kernels import PREFETCH_AHEAD, empty_large, prefetch
+from pyg_dist.sampler.checks import RowLayout, check_feature_response
+from pyg_dist.sampler.kernels import empty_large
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.node_index import NodeIndex
+from pyg_dist.sampler.rows import Rows, place, place_cast
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
+from pyg_dist.sampler.wire import WireSpec, plan
 from pyg_dist.typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]
-Rows = Union[Tensor, Tuple[int, int]]  # output rows: positions, or a range [start, stop)
-_NO_ROWS = torch.empty(0, dtype=torch.long)
-_JIT = dict(cache=True, nogil=True)
 
 
-@numba.njit(**_JIT)
-def _copy_rows(src, src_rows, dst, dst_rows, dst_start, width, line):
-    """``dst[dst_rows[i]] = src[src_rows[i]]`` for rows of ``width`` words of flat
-    arrays (``dst_start + i`` when ``dst_rows`` is empty; ``line`` words per cache
-    line). Unsigned offsets keep the copy loop vectorised."""
-    n, scatter = src_rows.shape[0], dst_rows.shape[0] > 0
-    for i in range(n):
-        if i + PREFETCH_AHEAD < n:
-            for c in range(0, width, line):
-                prefetch(src, src_rows[i + PREFETCH_AHEAD] * width + c)
-        row = dst_rows[i] if scatter else dst_start + i
-        r, p = np.uint64(src_rows[i] * width), np.uint64(row * width)
-        for j in range(np.uint64(width)):
-            dst[p + j] = src[r + j]
+@dataclass
+class FetchStats:
+    """What came over the network for this fetcher (direct reads excluded)."""
+    responses: int = 0
+    rows: int = 0
+    bytes: int = 0  # attribute bytes received, as sent (in wire types)
 
+    def count(self, response: FeatureResponse) -> None:
+        self.responses += 1
+        for kind in ("nodes", "edges"):
+            for attrs in getattr(response, kind).values():
+                for i, t in enumerate(attrs.values()):
+                    self.rows += t.size(0) if i == 0 else 0
+                    self.bytes += t.numel() * t.element_size()
 
-def _words(t: Tensor) -> Tuple[np.ndarray, int]:
-    """A contiguous tensor as a flat numpy array of the widest word dividing its rows,
-    and the row width in those words."""
-    raw = t.reshape(t.size(0), -1).view(torch.uint8)
-    for dtype in (torch.int64, torch.int32):
-        if raw.size(1) % dtype.itemsize == 0:
-            raw = raw.view(dtype)
-            break
-    return raw.reshape(-1).numpy(), raw.size(1)
-
-
-def _place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
-    """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``.
-
-    Raises:
-        ValueError: if the copy would leave either tensor (rows out of range, another
-            row shape or dtype, row counts that differ): the kernel never does.
-    """
-    _check_copy(out, out_rows, src, src_rows)
-    if out.dim() > 1 and out.shape[1:].numel() == 0:  # zero-width rows
-        return
-    src = src.detach()
-    if src_rows is None:
-        if isinstance(out_rows, tuple):
-            out.narrow(0, out_rows[0], out_rows[1] - out_rows[0]).copy_(src)
-            return
-        src_rows = torch.arange(src.size(0))
-    if src_rows.numel() == 0:
-        return
-    start, dst_rows = (out_rows[0], _NO_ROWS) if isinstance(out_rows, tuple) else (0, out_rows)
-    (src_words, width), (out_words, _) = _words(src.contiguous()), _words(out)
-    _copy_rows(src_words, _index_array(src_rows), out_words, _index_array(dst_rows),
-               int(start), width, max(64 // src_words.itemsize, 1))
-
-
-def _index_array(rows: Tensor) -> np.ndarray:
-    return rows.detach().contiguous().numpy().astype(np.int64, copy=False)
-
-
-def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
-    """Raises unless every row ``_place`` would read and write lies inside its tensor."""
-    if src.dtype != out.dtype or src.dim() != out.dim() or src.shape[1:] != out.shape[1:]:
-        raise ValueError(f"cannot copy rows of {src.dtype} {tuple(src.shape[1:])} into "
-                         f"rows of {out.dtype} {tuple(out.shape[1:])}: row shape or dtype "
-                         f"differs")
-    if not out.is_contiguous() or out.device.type != "cpu" or src.device.type != "cpu":
-        raise ValueError("rows are copied between CPU tensors into a contiguous output")
-    n = src.size(0) if src_rows is None else src_rows.numel()
-    if src_rows is not None:
-        check_index(src_rows, src.size(0), "source rows")
-    if isinstance(out_rows, tuple):
-        lo, hi = int(out_rows[0]), int(out_rows[1])
-        if lo < 0 or hi > out.size(0) or hi < lo:
-            raise ValueError(f"output rows [{lo}, {hi}) out of range [0, {out.size(0)})")
-        count = hi - lo
-    else:
-        check_index(out_rows, out.size(0), "output rows")
-        count = out_rows.numel()
-    if count != n:
-        raise ValueError(f"{n} rows to copy into {count} output rows")
+    def reset(self) -> "FetchStats":
+        """Returns the counts so far and starts new ones."""
+        out = FetchStats(self.responses, self.rows, self.bytes)
+        self.responses = self.rows = self.bytes = 0
+        return out
 
 
 @dataclass
@@ -148,6 +90,8 @@ class _Pending:
     request: FeatureRequest
     pieces: List[Tuple[_Job, _Share]]
     future: object
+    wired: bool = False  # some attributes asked in their wire type
+    direct: bool = False  # served from a same-machine partition's files, not the network
 
 
 def _dedupe(ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
@@ -196,12 +140,14 @@ class FeatureFetcher:
         edge_attrs: attributes to read per edge type (default: likewise).
         max_rpc_bytes (int): response size above which a request to one partition is
             split into several (all in flight at once).
+        wire_dtype: float32 attributes that peers send as bfloat16/float16 (see
+            :mod:`pyg_dist.sampler.wire`; default: none).
     """
 
     def __init__(self, group: RpcGroup, local: LocalSampler, meta: PartitionMeta,
                  node_attrs: Optional[Dict[NodeType, List[str]]] = None,
                  edge_attrs: Optional[Dict[EdgeType, List[str]]] = None,
-                 max_rpc_bytes: int = 8 << 20) -> None:
+                 max_rpc_bytes: int = 8 << 20, wire_dtype: WireSpec = None) -> None:
         self.group = group
         self.local = local
         self.meta = meta
@@ -217,6 +163,8 @@ class FeatureFetcher:
         self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
         self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
         self.cache: Optional[FeatureCache] = None  # see build_cache()
+        self.wire = plan(wire_dtype, self.node_attrs, self.edge_attrs, self._attr_layout)
+        self.stats = FetchStats()
 
     def build_cache(self, budget: Budget, skip_parts: Tuple[int, ...] = ()) -> Optional[FeatureCache]:
         """Fills :attr:`cache` with the most referenced remote node rows within
@@ -227,23 +175,26 @@ class FeatureFetcher:
         chosen = choose(self.local.graph, row_bytes, budget, skip_parts)
         if not any(ids.numel() for ids in chosen.values()):
             return None
-        fetched = self.group.loop.run(self.fetch(chosen, {}, unique=False))
+        fetched = self.group.loop.run(self.fetch(chosen, {}, unique=False, wire=False))
         self.cache = FeatureCache(chosen, fetched.nodes, {t: row_bytes[t] for t in chosen})
         return self.cache
 
     async def fetch(self, nodes: Dict[NodeType, Tensor], edges: Dict[EdgeType, Tensor],
-                    unique: bool = True) -> FeatureResponse:
+                    unique: bool = True, wire: bool = True) -> FeatureResponse:
         """Attributes of ``nodes``/``edges`` (global ids), rows in the given order.
 
         Args:
             unique: deduplicate ids before fetching (needed when ids may repeat).
+            wire: let peers send the attributes of ``wire_dtype`` in that type (``False``:
+                every row exactly as stored).
         """
         jobs = [self._job("nodes", t, ids, unique) for t, ids in nodes.items()
                 if self.node_attrs.get(t)]
         jobs += [self._job("edges", t, ids, unique) for t, ids in edges.items()
                  if self.edge_attrs.get(t)]
-        pending = self._send(jobs)  # remote first, then the local rows while they fly
+        pending = self._send(jobs, wire)  # remote first, then local rows while they fly
         layouts: Dict[Tuple[str, Group, str], RowLayout] = {}
+        wired: Dict[Tuple[str, Group, str], RowLayout] = {}  # as sent in another type
 
         def local() -> None:
             for job in jobs:
@@ -253,19 +204,28 @@ class FeatureFetcher:
                         self._gather_local(job, share)
                 if job.cached is not None and self.cache is not None:
                     for attr in job.attrs:
-                        _place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
-                               job.cached[1])
+                        place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
+                              job.cached[1])
             layouts.update(_layouts(jobs))
+            wired.update(layouts)
+            for (kind, group), attrs in self.wire.items():
+                for attr, name in attrs.items():
+                    if (kind, group, attr) in wired:
+                        shape = wired[(kind, group, attr)].shape
+                        wired[(kind, group, attr)] = RowLayout(shape, getattr(torch, name))
 
-        def place(sent: _Pending, response: FeatureResponse) -> None:
-            check_feature_response(sent.request, response, layouts,
+        def arrived(sent: _Pending, response: FeatureResponse) -> None:
+            check_feature_response(sent.request, response,
+                                   wired if sent.wired else layouts,
                                    self.group.describe(sent.rank))
             for job, share in sent.pieces:
                 got = getattr(response, job.kind)[job.group]
                 for attr in job.attrs:
-                    _place(job.out[attr], share.rows, got[attr], None)
+                    place_cast(job.out[attr], share.rows, got[attr])
+            if not sent.direct:
+                self.stats.count(response)
 
-        await fan_out([(p, p.future) for p in pending], local, place)
+        await fan_out([(p, p.future) for p in pending], local, arrived)
         return self._result(jobs)
 
     def _job(self, kind: str, group: Group, ids: Tensor, unique: bool) -> _Job:
@@ -322,21 +282,28 @@ class FeatureFetcher:
     def _gather_local(self, job: _Job, share: _Share) -> None:
         rows = share.ids - self._books[job.group].start(share.part)
         for attr in job.attrs:
-            _place(job.out[attr], share.rows, self.local.features.tensor(job.group, attr),
-                   rows)
+            place(job.out[attr], share.rows, self.local.features.tensor(job.group, attr),
+                  rows)
 
-    def _send(self, jobs: List[_Job]) -> List[_Pending]:
-        """Issues every remote request; returns them with their futures."""
+    def _send(self, jobs: List[_Job], wire: bool = True) -> List[_Pending]:
+        """Issues every remote request; returns them with their futures. Rows read
+        directly from a same-machine partition never travel, so are never cast."""
         pending = []
         for part, pieces in self._pack(jobs).items():
+            wired = wire and bool(self.wire) and part not in self.group.direct
             for batch in pieces:
                 req = FeatureRequest()
                 for job, share in batch:
+                    prefix = job.kind[:-1]
                     getattr(req, job.kind)[job.group] = share.ids
-                    getattr(req, f"{job.kind[:-1]}_attrs")[job.group] = job.attrs
+                    getattr(req, f"{prefix}_attrs")[job.group] = job.attrs
+                    cast = self.wire.get((job.kind, job.group)) if wired else None
+                    if cast:
+                        getattr(req, f"{prefix}_wire")[job.group] = dict(cast)
                 rank = self.group.route(part)
                 fut = self.group.call_async(rank, "sampler.features", req)
-                pending.append(_Pending(rank, req, batch, fut))
+                pending.append(_Pending(rank, req, batch, fut, wired,
+                                        part in self.group.direct))
         return pending
 
     def _pack(self, jobs: List[_Job]) -> Dict[int, List[List[Tuple[_Job, _Share]]]]:

@@ -16,6 +16,7 @@ from pyg_dist.partition.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.kernels import sample_one_hop
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
+from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import EdgeType, edge_key
 
@@ -150,12 +151,13 @@ class LocalSampler:
     def features_of(self, request: FeatureRequest) -> FeatureResponse:
         """Attributes of owned node and edge ids (the callee ``sampler.features``)."""
         out = FeatureResponse()
-        for node_type, ids in request.nodes.items():
-            out.nodes[node_type] = {a: self.features.gather(node_type, a, ids)
-                                    for a in request.node_attrs.get(node_type, [])}
-        for edge_type, ids in request.edges.items():
-            out.edges[edge_type] = {a: self.features.gather(edge_type, a, ids)
-                                    for a in request.edge_attrs.get(edge_type, [])}
+        for kind in ("nodes", "edges"):
+            attrs, wire = (getattr(request, f"{kind[:-1]}_{x}") for x in ("attrs", "wire"))
+            for group, ids in getattr(request, kind).items():
+                cast = wire.get(group, {})
+                getattr(out, kind)[group] = {
+                    a: to_wire(self.features.gather(group, a, ids), cast.get(a))
+                    for a in attrs.get(group, [])}
         return out
 
 

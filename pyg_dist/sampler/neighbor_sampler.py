@@ -26,6 +26,7 @@ from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
                                     SamplingConfig)
+from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
 
@@ -57,6 +58,8 @@ class DistNeighborSampler(BaseSampler):
             ``(0, 1]``); fetched once, here (:mod:`pyg_dist.sampler.cache`). Rows are
             exactly the owners'; this rank's feature store then refuses ``put`` (its
             peers may cache it). ``None``/``0``: no cache.
+        wire_dtype (optional): float32 attributes peers send as ``bfloat16`` or
+            ``float16``, cast back on arrival (:mod:`pyg_dist.sampler.wire`).
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
@@ -64,13 +67,14 @@ class DistNeighborSampler(BaseSampler):
                  replace: bool = False, subgraph_type: str = "directional",
                  disjoint: bool = False, temporal_strategy: str = "uniform",
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
-                 seed: Optional[int] = None, feature_cache: Budget = None) -> None:
+                 seed: Optional[int] = None, feature_cache: Budget = None,
+                 wire_dtype: WireSpec = None) -> None:
         features, graph = unpack_stores(data)
         self.features, self.graph, self.meta = features, graph, graph.meta
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr)
         self.group, self.local = serving_group(current_ctx, features, graph)
-        self.fetcher = FeatureFetcher(self.group, self.local, self.meta)
+        self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype)
         if feature_cache:
             self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))

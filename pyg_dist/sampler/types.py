@@ -124,6 +124,9 @@ class FeatureRequest:
     edges: Dict[EdgeType, Tensor] = field(default_factory=dict)
     node_attrs: Dict[NodeType, List[str]] = field(default_factory=dict)
     edge_attrs: Dict[EdgeType, List[str]] = field(default_factory=dict)
+    # attributes to send as another type (pyg_dist.sampler.wire): type -> attr -> name
+    node_wire: Dict[NodeType, Dict[str, str]] = field(default_factory=dict)
+    edge_wire: Dict[EdgeType, Dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass

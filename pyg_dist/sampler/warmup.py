@@ -16,7 +16,7 @@ import time
 import torch
 
 from pyg_dist.rpc import routing
-from pyg_dist.sampler import features, kernels
+from pyg_dist.sampler import kernels, rows as row_copy
 from pyg_dist.sampler.node_index import NodeIndex
 
 _LOCK = threading.Lock()
@@ -75,8 +75,8 @@ def _feature_kernels() -> None:
     for dtype, width in ((torch.int64, 1), (torch.float32, 1), (torch.uint8, 3)):
         out = torch.zeros(3, width, dtype=dtype)
         src = torch.ones(2, width, dtype=dtype)
-        features._place(out, rows, src, None)
-        features._place(out, (1, 3), src, torch.tensor([1, 0]))
+        row_copy.place(out, rows, src, None)
+        row_copy.place(out, (1, 3), src, torch.tensor([1, 0]))
 
 
 def _index_kernels() -> None:

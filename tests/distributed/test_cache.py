@@ -7,6 +7,7 @@ a byte budget is respected; hits and saved bytes are counted.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict
 
 import pytest
@@ -101,3 +102,44 @@ def test_cached_rows_equal_uncached_fetch(roots, graph, world, budget):
 @pytest.mark.timeout(120)
 def test_zero_budget_disables_the_cache(roots):
     assert run_ranks(_cache_job, 2, str(roots["cora"]), 0, timeout=100) == [{"cache": True}] * 2
+
+
+def _wire_job(root: str, direct: bool) -> dict:
+    """Fetches every node's features with bfloat16 on the wire: over RPC remote rows are
+    the float32 rows rounded, read directly (same machine) they are exact."""
+    ctx = dataclasses.replace(DistContext.from_env(rpc_timeout=30), direct_reads=direct)
+    meta = io.read_meta(root)
+    pid = ctx.partition_id(meta.num_parts)
+    data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
+    truth = {t: torch.cat([LocalFeatureStore.from_partition(root, p).tensor(t, "x")
+                           for p in range(meta.num_parts)]) for t in meta.node_types}
+    try:
+        sampler = DistNeighborSampler(data, num_neighbors=[2], current_ctx=ctx,
+                                      wire_dtype="bf16")
+        out, checks = sampler.group.loop.run(sampler.fetcher.fetch(
+            {t: torch.arange(meta.num_nodes[t]) for t in meta.node_types}, {})), {}
+        for t in meta.node_types:
+            book = meta.node_book(t)
+            own = torch.zeros(meta.num_nodes[t], dtype=torch.bool)
+            own[book.start(pid):book.start(pid) + book.size(pid)] = True
+            got, want = out.nodes[t]["x"], truth[t]
+            checks[t] = {"own_exact": torch.equal(got[own], want[own]),
+                         "remote_exact": torch.equal(got[~own], want[~own]),
+                         "remote_rounded": torch.equal(got[~own], want[~own].bfloat16().float())}
+        return {"checks": checks, "direct_calls": sampler.group.direct_calls,
+                "wire_bytes": sampler.fetcher.stats.bytes}
+    finally:
+        shutdown_rpc()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("direct", [False, True])
+def test_bf16_on_the_wire_rounds_only_rows_that_travel(roots, direct):
+    for rank, r in enumerate(run_ranks(_wire_job, 3, str(roots["hetero"]), direct, timeout=150)):
+        for t, c in r["checks"].items():
+            assert c["own_exact"], (rank, t)
+            if direct:  # read from the owner's files: nothing travels, nothing rounded
+                assert c["remote_exact"] and r["direct_calls"] > 0 and r["wire_bytes"] == 0
+            else:
+                assert c["remote_rounded"] and not c["remote_exact"], (rank, t, c)
+                assert r["direct_calls"] == 0 and r["wire_bytes"] > 0

@@ -8,7 +8,8 @@ import torch
 from sampler_helpers import small_hetero
 
 from pyg_dist.sampler.checks import RemoteResponseError
-from pyg_dist.sampler.features import FeatureFetcher, _place, _shares
+from pyg_dist.sampler.features import FeatureFetcher, _shares
+from pyg_dist.sampler.rows import place as _place
 
 ORIGINAL = small_hetero()  # the unpartitioned graph (partitioned by the fixture)
 

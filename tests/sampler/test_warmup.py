@@ -9,7 +9,7 @@ ENTRY_KERNELS = {
     "pyg_dist.sampler.kernels._uniform_sample": 2,   # int64 and int32 indices
     "pyg_dist.sampler.kernels._filtered_fill": 1,    # weighted and temporal
     "pyg_dist.rpc.routing._group_by_owner": 1,
-    "pyg_dist.sampler.features._copy_rows": 3,       # int64, int32 and byte words
+    "pyg_dist.sampler.rows._copy_rows": 3,           # int64, int32 and byte words
     "pyg_dist.sampler.node_index._insert": 1,
     "pyg_dist.sampler.node_index._lookup": 1,
 }
