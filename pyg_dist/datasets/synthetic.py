@@ -71,6 +71,44 @@ def _undirected_edges(rng: np.random.Generator, comm: np.ndarray, num_pairs: int
     return edge_index
 
 
+def _power_law_edges(rng: np.random.Generator, comm: np.ndarray, num_pairs: int,
+                     p_in: float, exponent: float) -> torch.Tensor:
+    """Like :func:`_undirected_edges`, but endpoints drawn with probability proportional
+    to a Pareto weight per node (Chung-Lu): degrees follow a power law of ``exponent``
+    up to the structural cut-off (weights at most ``sqrt(n)`` times the smallest).
+
+    Both ends of a pair are weighted, the second inside the first's community with
+    probability ``p_in``; a pair drawn as a self-loop moves its second end to the next
+    node of the same community (or the next node)."""
+    n = comm.size
+    weight = (1.0 - rng.random(n)) ** (-1.0 / (exponent - 1.0))  # Pareto, minimum 1
+    np.minimum(weight, np.sqrt(n), out=weight)  # structural cut-off: hubs stay below ~1% of n
+    members = np.argsort(comm, kind="stable")
+    starts = np.searchsorted(comm[members], np.arange(comm.max() + 2))
+    cum = np.cumsum(weight[members])  # by community: community c is cum[starts[c]:starts[c+1]]
+    before = np.concatenate([[0.0], cum])
+    edge_index = torch.empty((2, 2 * num_pairs), dtype=torch.long)
+    out = edge_index.numpy()
+    for lo in range(0, num_pairs, _CHUNK):
+        hi = min(lo + _CHUNK, num_pairs)
+        src = members[np.minimum(np.searchsorted(cum, rng.random(hi - lo) * cum[-1], "right"),
+                                 n - 1)]
+        c = comm[src]
+        inside = rng.random(hi - lo) < p_in
+        a, b = before[starts[c]], before[starts[c + 1]]
+        u = np.where(inside, a + rng.random(hi - lo) * (b - a), rng.random(hi - lo) * cum[-1])
+        slot = np.minimum(np.searchsorted(cum, u, "right"), n - 1)
+        dst = members[slot]
+        loop = dst == src
+        nxt = np.where(inside & (starts[c + 1] - starts[c] > 1),
+                       starts[c] + (slot - starts[c] + 1) % np.maximum(starts[c + 1] - starts[c], 1),
+                       (slot + 1) % n)
+        dst[loop] = members[nxt[loop]]
+        out[0, lo:hi], out[1, lo:hi] = src, dst
+        out[0, num_pairs + lo:num_pairs + hi], out[1, num_pairs + lo:num_pairs + hi] = dst, src
+    return edge_index
+
+
 def _features(rng: np.random.Generator, labels: np.ndarray, num_classes: int, feat_dim: int,
               noise: float) -> torch.Tensor:
     """``centroid[label] + noise * N(0, 1)`` rows, filled in blocks (no full-size temporary)."""
@@ -96,7 +134,7 @@ def _split_masks(rng: np.random.Generator, n: int, train: float, val: float, tes
 def community_graph(num_nodes: int, avg_degree: float = 20.0, feat_dim: int = 100,
                     num_classes: int = 10, num_communities: int = 0, p_in: float = 0.85,
                     noise: float = 3.0, train: float = 0.1, val: float = 0.05,
-                    test: float = 0.1, seed: int = 0) -> Data:
+                    test: float = 0.1, seed: int = 0, power_law: float = 0.0) -> Data:
     """An undirected homogeneous graph with ``num_nodes * avg_degree`` directed edges.
 
     ``round(num_nodes * avg_degree / 2)`` node pairs are drawn, never a node with
@@ -117,13 +155,20 @@ def community_graph(num_nodes: int, avg_degree: float = 20.0, feat_dim: int = 10
         noise (float): feature noise relative to the class centroids.
         train, val, test (float): fractions of nodes in each split mask.
         seed (int): random seed; the graph is a pure function of the arguments.
+        power_law (float): ``0``: endpoints uniform within their community (degrees
+            concentrated around the mean); ``> 2``: degrees follow a power law of this
+            exponent (``2.5``: a heavy tail like ogbn-products', hubs of thousands).
     """
     if num_nodes < 2:
         raise ValueError(f"num_nodes must be >= 2, got {num_nodes}")
     rng = np.random.default_rng(seed)
     num_communities = num_communities or max(num_classes, num_nodes // 1000)
     comm = rng.integers(0, num_communities, num_nodes)
-    edge_index = _undirected_edges(rng, comm, int(round(num_nodes * avg_degree / 2)), p_in)
+    if power_law and power_law <= 2:
+        raise ValueError(f"power_law must be 0 (off) or an exponent > 2, got {power_law}")
+    pairs = int(round(num_nodes * avg_degree / 2))
+    edge_index = (_power_law_edges(rng, comm, pairs, p_in, power_law) if power_law
+                  else _undirected_edges(rng, comm, pairs, p_in))
     labels = comm % num_classes
     train_mask, val_mask, test_mask = _split_masks(rng, num_nodes, train, val, test)
     return Data(x=_features(rng, labels, num_classes, feat_dim, noise), edge_index=edge_index,
