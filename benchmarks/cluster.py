@@ -18,7 +18,8 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pyg_dist.testing.netns import EmulatedCluster, remove_leftovers, unavailable
+from pyg_dist.testing.netns import (EmulatedCluster, exit_on_sigterm, remove_leftovers,
+                                    unavailable)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -35,6 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"cluster.py: {reason}", file=sys.stderr)
         return 2
     remove_leftovers()
+    exit_on_sigterm()
     with EmulatedCluster(args.machines, args.rate) as cluster:
         procs = [cluster.popen(m, [part.format(machine=m, master=cluster.address(0))
                                    for part in command]) for m in range(args.machines)]

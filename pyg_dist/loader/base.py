@@ -159,7 +159,8 @@ class DistLoader:
             "kind": seeds.kind, "input type": seeds.input_type,
             "sampling options": repr(config), "negative sampling": repr(seeds.neg_sampling),
             "num_workers": num_workers, "even_batches": even_batches,
-            "feature_cache": repr(self.spec.sampler_kwargs.get("feature_cache")),
+            # any cache seals every rank's store (its peers' caches hold its rows)
+            "feature_cache (on or off)": bool(self.spec.sampler_kwargs.get("feature_cache")),
             "stored attributes": self.features.schema(),
             "labels set": self.features.labels is not None}
         cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \

@@ -82,16 +82,19 @@ class DistNeighborSampler(BaseSampler):
 
     def _build_cache(self, budget: Budget) -> None:
         """Fills the fetcher's cache, leaving out partitions whose owner holds more than
-        its files (rows ``put`` there could change)."""
+        its files (rows ``put`` there could change) and partitions read directly from
+        their files on this machine (their rows never cross the network)."""
         skip = tuple(sorted({i["part"] for i in self.group.infos
-                             if i.get("private") and i.get("part") is not None}))
+                             if i.get("private") and i.get("part") is not None}
+                            | set(self.group.direct)))
         self.fetcher.build_cache(budget, skip)
         self.features.seal("peers may cache rows of this partition (feature_cache); put "
                            "before building loaders")
         cache = self.fetcher.cache
         log.info("pyg_dist: rank %d caches %d remote node rows (%.1f MB)%s", self.group.rank,
                  cache.num_rows if cache else 0, (cache.nbytes if cache else 0) / 1e6,
-                 f", not of partitions {list(skip)}" if skip else "")
+                 f", not of partitions {list(skip)} (read directly, or not only files)"
+                 if skip else "")
 
     @staticmethod
     def build_config(meta: PartitionMeta, num_neighbors: NumNeighbors, replace: bool = False,

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from typing import Dict, List, Optional, Sequence
 
 PREFIX = "pgd"  # every namespace, bridge and veth this module creates starts with it
@@ -46,6 +48,12 @@ def unavailable() -> Optional[str]:
         return f"cannot create a network namespace: {probe.stderr.strip()[:120]}"
     _ip("netns", "del", name, check=False)
     return None
+
+
+def exit_on_sigterm() -> None:
+    """Turns SIGTERM (``kill``, ``timeout``) into ``SystemExit`` in the main thread, so
+    the ``with EmulatedCluster(...)`` blocks of a script tear their machines down."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def remove_leftovers() -> None:

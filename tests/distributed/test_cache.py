@@ -29,8 +29,10 @@ def _fetch(sampler, nodes: Dict, cached: bool):
     return out.nodes
 
 
-def _cache_job(root: str, budget) -> dict:
-    ctx = DistContext.from_env(rpc_timeout=30)
+def _cache_job(root: str, budget, direct: bool = False) -> dict:
+    """Ranks as separate machines (``direct=False``), or as one machine reading each
+    other's partitions directly (nothing remote left to cache)."""
+    ctx = dataclasses.replace(DistContext.from_env(rpc_timeout=30), direct_reads=direct)
     meta = io.read_meta(root)
     pid = ctx.partition_id(meta.num_parts)
     data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
@@ -38,8 +40,8 @@ def _cache_job(root: str, budget) -> dict:
         sampler = DistNeighborSampler(data, num_neighbors=[2], current_ctx=ctx,
                                       feature_cache=budget)
         cache = sampler.fetcher.cache
-        if not budget:
-            return {"cache": cache is None}
+        if not budget or direct:
+            return {"cache": cache is None, "direct": sorted(sampler.group.direct)}
         g = torch.Generator().manual_seed(ctx.rank)
         sets = []
         for t in meta.node_types:
@@ -101,7 +103,16 @@ def test_cached_rows_equal_uncached_fetch(roots, graph, world, budget):
 
 @pytest.mark.timeout(120)
 def test_zero_budget_disables_the_cache(roots):
-    assert run_ranks(_cache_job, 2, str(roots["cora"]), 0, timeout=100) == [{"cache": True}] * 2
+    assert run_ranks(_cache_job, 2, str(roots["cora"]), 0, timeout=100) == \
+        [{"cache": True, "direct": []}] * 2
+
+
+@pytest.mark.timeout(120)
+def test_partitions_read_directly_are_not_cached(roots):
+    """On one machine every other partition is read from its files: a cache of them
+    would only copy what the page cache already holds."""
+    assert run_ranks(_cache_job, 2, str(roots["cora"]), 0.5, True, timeout=100) == \
+        [{"cache": True, "direct": [1]}, {"cache": True, "direct": [0]}]
 
 
 def _wire_job(root: str, direct: bool) -> dict:
