@@ -20,7 +20,9 @@ unlimited, i.e. loopback speed). In each job, one rank per machine:
   no cache and with a cache of 5%, 10% and 20% of the remote nodes' rows (a byte budget
   of that many rows, ranked by the halo's edge counts), each with and without
   bfloat16 on the wire. ``speedup`` is seeds/s over the no-cache run of the same wire
-  type, ``bytes_cut`` the fraction of remote bytes per seed saved;
+  type, ``vs_plain`` over the no-cache float32 run, ``bytes_cut`` the fraction of
+  remote bytes per seed saved. With ``--repeats 2`` every configuration runs again
+  in reverse order (figures combined; ``spread`` is the faster run over the slower);
 - ``predict``: which ranking predicts the rows fetched better, on the no-cache run's
   batches: the cache chosen from the halo's edge counts (what ``feature_cache`` does)
   against one counted in a sampling pre-pass (the first quarter of the batches),
@@ -156,6 +158,7 @@ def _loader_run(data: Any, ctx: Any, args: argparse.Namespace, seeds: torch.Tens
     stats = sampler.fetcher.stats.reset()
     seeds_done = count * args.batch_size
     out = {"seeds_per_s": round(seeds_done / elapsed, 1), "batches": count,
+           "seconds": elapsed,
            "nodes_per_batch": round(nodes / max(count, 1)),
            "remote_kb_per_seed": round(stats.bytes / seeds_done / 1e3, 2),
            "remote_rows_per_seed": round(stats.rows / seeds_done, 2),
@@ -165,6 +168,16 @@ def _loader_run(data: Any, ctx: Any, args: argparse.Namespace, seeds: torch.Tens
     _barrier()
     del loader
     return {**out, "_fetched": fetched} if record else out
+
+
+def _combine(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Repeats of one configuration: seeds/s over their total time, the rest averaged."""
+    seeds = sum(r["seeds_per_s"] * r["seconds"] for r in runs)
+    out = {k: round(float(np.mean([r[k] for r in runs])), 3) for k in runs[0]
+           if k not in ("seeds_per_s", "seconds")}
+    return {**out, "seeds_per_s": round(seeds / sum(r["seconds"] for r in runs), 1),
+            "spread": round(max(r["seeds_per_s"] for r in runs)
+                            / min(r["seeds_per_s"] for r in runs), 3)}
 
 
 def _predict(graph: Any, fetched: List[torch.Tensor], budgets: Dict[str, int],
@@ -225,18 +238,19 @@ def worker(args: argparse.Namespace) -> None:
         budgets = {f"{c:g}": int(c * remote_nodes * row_bytes) for c in args.caches}
         _loader_run(data, ctx, argparse.Namespace(**{**vars(args), "batches": 2}), seeds, 0,
                     None, False)  # warm: kernels, connections, allocator
-        configs = []
-        for wire in (None, "bf16"):
-            for name, budget in budgets.items():
-                record = wire is None and budget == 0
-                run = _loader_run(data, ctx, args, seeds, budget, wire, record)
-                if record:
-                    result["predict"] = _predict(data[1], run.pop("_fetched"),
-                                                 {k: v for k, v in budgets.items() if v},
-                                                 row_bytes)
-                configs.append({"cache": float(name), "wire": wire or "float32", **run})
-                print(f"  rank {ctx.rank}: cache {name} wire {wire}: {run}", flush=True)
-        result["configs"] = configs
+        plan = [(wire, name, budget) for wire in (None, "bf16") for name, budget in budgets.items()]
+        runs: Dict[Any, List[Dict[str, Any]]] = {}
+        # forward, then backward: drift over the run (other load, memory) cancels out
+        for wire, name, budget in plan + plan[::-1] * (args.repeats > 1):
+            record = wire is None and budget == 0 and "predict" not in result
+            run = _loader_run(data, ctx, args, seeds, budget, wire, record)
+            if record:
+                result["predict"] = _predict(data[1], run.pop("_fetched"),
+                                             {k: v for k, v in budgets.items() if v}, row_bytes)
+            runs.setdefault((wire, name), []).append(run)
+            print(f"  rank {ctx.rank}: cache {name} wire {wire}: {run}", flush=True)
+        result["configs"] = [{"cache": float(name), "wire": wire or "float32",
+                              **_combine(runs[(wire, name)])} for wire, name, _ in plan]
     finally:
         shutdown_rpc()
     path = Path(args.result_dir) / f"rank{ctx.rank}.json"
@@ -260,6 +274,7 @@ def run_cluster(args: argparse.Namespace, root: Path, machines: int, rate: str,
                    "--batches", str(args.batches), "--batch-size", str(args.batch_size),
                    "--probe-rows", str(args.probe_rows), "--probe-mb", str(args.probe_mb),
                    "--feat-dim", str(args.feat_dim), "--fanout", *map(str, args.fanout),
+                   "--repeats", str(args.repeats),
                    "--caches", *map(str, args.caches)]
     start = time.perf_counter()
     with EmulatedCluster(machines, None if rate == "none" else rate) as cluster:
@@ -296,11 +311,13 @@ def summarize(ranks: List[Dict[str, Any]], machines: int, rate: str,
                         "seeds_per_s": round(sum(c["seeds_per_s"] for c in runs), 1),
                         **{k: _mean([c[k] for c in runs]) for k in (
                             "remote_kb_per_seed", "remote_rows_per_seed", "hit_rate",
-                            "cache_mb", "nodes_per_batch", "build_s")}})
+                            "cache_mb", "nodes_per_batch", "build_s", "spread")}})
     for c in configs:
         base = next(b for b in configs if b["wire"] == c["wire"] and b["cache"] == 0)
         c["speedup"] = round(c["seeds_per_s"] / base["seeds_per_s"], 3)
         c["bytes_cut"] = round(1 - c["remote_kb_per_seed"] / base["remote_kb_per_seed"], 3)
+        plain = next(b for b in configs if b["wire"] == "float32" and b["cache"] == 0)
+        c["vs_plain"] = round(c["seeds_per_s"] / plain["seeds_per_s"], 3)
     probe = {wire: {k: (_mean([r["probe"][wire][k] for r in ranks])
                         if ranks[0]["probe"][wire][k] is not None else None)
                     for k in ranks[0]["probe"][wire]} for wire in ranks[0]["probe"]}
@@ -351,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fanout", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--batches", type=int, default=16, help="timed batches per configuration")
+    p.add_argument("--repeats", type=int, default=2, choices=[1, 2],
+                   help="2: every configuration again in reverse order, figures combined")
     p.add_argument("--probe-rows", type=int, default=50_000)
     p.add_argument("--probe-mb", type=float, default=100.0)
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per cluster run")

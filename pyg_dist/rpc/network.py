@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import struct
-from typing import Optional
+from typing import Any, Dict, Optional
 
 log = logging.getLogger("pyg_dist")
 
@@ -72,3 +72,19 @@ def choose_interfaces(master_addr: str) -> Optional[str]:
     os.environ.setdefault(GLOO_ENV, chosen)
     os.environ.setdefault(TP_ENV, chosen)
     return chosen
+
+
+NETWORK_ONLY_ENV = "PYG_DIST_RPC_NETWORK_ONLY"
+
+
+def network_only_options() -> Dict[str, Any]:
+    """TensorPipe options with ``PYG_DIST_RPC_NETWORK_ONLY=1``: TCP only. By default
+    TensorPipe moves tensors between processes of one host through shared memory or
+    cross-memory attach, also across network namespaces, so emulated machines on one
+    host (:mod:`pyg_dist.testing.netns`) would bypass their rate-limited links."""
+    flag = os.environ.get(NETWORK_ONLY_ENV, "0").strip().lower()
+    if flag in ("", "0", "false", "no"):
+        return {}
+    if flag not in ("1", "true", "yes"):
+        raise ValueError(f"{NETWORK_ONLY_ENV} must be 0 or 1, got {flag!r}")
+    return {"_transports": ["uv"], "_channels": ["basic"]}

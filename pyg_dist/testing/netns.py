@@ -27,6 +27,8 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from pyg_dist.rpc.network import NETWORK_ONLY_ENV
+
 PREFIX = "pgd"  # every namespace, bridge and veth this module creates starts with it
 SUBNET = "198.18.0"
 
@@ -161,6 +163,11 @@ class EmulatedCluster:
 
     def popen(self, machine: int, argv: Sequence[str], env: Optional[Dict[str, str]] = None,
               **kwargs) -> subprocess.Popen:
-        """Starts ``argv`` inside machine ``machine`` (``subprocess.Popen`` keywords)."""
+        """Starts ``argv`` inside machine ``machine`` (``subprocess.Popen`` keywords).
+
+        pyg_dist's RPC is kept on the network (``PYG_DIST_RPC_NETWORK_ONLY=1``, unless
+        ``env`` says otherwise): TensorPipe would otherwise move tensors between the
+        machines through this host's memory, around their links."""
         return subprocess.Popen(self.command(machine, argv),
-                                env={**os.environ, **(env or {})}, **kwargs)
+                                env={**os.environ, NETWORK_ONLY_ENV: "1", **(env or {})},
+                                **kwargs)

@@ -79,3 +79,32 @@ def test_two_namespaces_train_like_loopback(parts: Path) -> None:
         assert ours[key] == ref[key], (key, ours, ref)
     assert not [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                           text=True).stdout.split() if n in cluster.namespaces]
+
+
+@pytest.mark.timeout(200)
+def test_remote_features_cross_the_rate_limited_link(parts: Path) -> None:
+    """At 20 Mb/s, fetching the other machine's features takes at least their bytes at
+    that rate: TensorPipe must not move them through this host's memory instead (it
+    did, 100x faster than the link, before ``PYG_DIST_RPC_NETWORK_ONLY``)."""
+    remove_leftovers()
+    script = REPO / "tests" / "distributed" / "netns_fetch.py"
+    with EmulatedCluster(2, "20mbit") as cluster:
+        port = free_port()
+        procs = [cluster.popen(m, [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+                                   f"--node-rank={m}", "--nproc-per-node=1",
+                                   f"--master-addr={cluster.address(0)}", f"--master-port={port}",
+                                   str(script), str(parts)],
+                               env=ENV, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True) for m in (0, 1)]
+        try:
+            outs = [p.communicate(timeout=150)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-6000:]
+        got = _result(out)
+        at_link_rate = got["bytes"] * 8 / 20e6
+        assert got["bytes"] > 4e6 and got["seconds"] >= 0.8 * at_link_rate, got
