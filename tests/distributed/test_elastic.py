@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List
+from typing import List, Optional
 
 import pytest
 import torch
@@ -58,8 +58,15 @@ def run_elastic(rdzv: str, root: Path, out: Path, timeout: float, fault: str,
     cmd = elastic_cmd(rdzv, free_port(), ["--parts", str(root), "--out", str(out),
                                           "--fault", fault, "--num-workers", str(num_workers)])
     marker = uuid.uuid4().hex
+    job = finish(cmd, start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": str(rpc_timeout)}), marker,
+                 timeout)
+    assert_no_leftovers(marker, job)
+    return job
+
+
+def finish(cmd: List[str], proc: subprocess.Popen, marker: str, timeout: float) -> Job:
+    """Waits for ``proc``; on timeout kills every process of the job and fails."""
     started = time.monotonic()
-    proc = start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": str(rpc_timeout)})
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:  # kill every process of the job: trainers run in
@@ -70,18 +77,18 @@ def run_elastic(rdzv: str, root: Path, out: Path, timeout: float, fault: str,
                 pass
         out, _ = proc.communicate()
         pytest.fail(f"timed out after {timeout:.0f}s: $ {' '.join(cmd)}\n{out[-12000:]}")
-    job = Job(cmd, proc.returncode, out, time.monotonic() - started)
-    assert_no_leftovers(marker, job)
-    return job
+    return Job(cmd, proc.returncode, out, time.monotonic() - started)
 
 
-def check_samples(data, root: Path, out: Path, incarnation: int, job: Job) -> None:
-    """Both ranks of ``incarnation`` sampled all their seeds, each batch exactly."""
+def check_samples(data, root: Path, out: Path, incarnation: Optional[int], job: Job) -> None:
+    """Both ranks of ``incarnation`` (their restart count; ``None``: any) sampled all
+    their seeds, each batch exactly."""
     node_map = io.load_pt(root / io.NODE_MAP_FILE)
     for rank in range(2):
-        path = out / f"inc{incarnation}_rank{rank}.json"
-        assert path.is_file(), f"rank {rank} of incarnation {incarnation} wrote no result\n" \
-                               f"{job.describe()}"
+        paths = list(out.glob(f"inc{'*' if incarnation is None else incarnation}_rank{rank}.json"))
+        assert len(paths) == 1, f"rank {rank} of incarnation {incarnation} wrote no result\n" \
+                                f"{job.describe()}"
+        path = paths[0]
         result = json.loads(path.read_text())
         seeds = node_map[torch.tensor(result["seeds"], dtype=torch.long)]
         assert len(seeds) > 16 * 3  # several batches
@@ -134,3 +141,25 @@ def test_stopped_rank_is_restarted_like_a_dead_one(cora_ids, tmp_path):
     first = job.output.split("rank 0 incarnation 1 batch 0")[0]
     assert re.search(r"pyg_dist: rank 1 has sent no heartbeat for \d+s", first), job.describe()
     check_samples(data, root, tmp_path / "out", 1, job)
+
+
+@pytest.mark.timeout(120)
+def test_two_machines_continue_after_one_loses_its_rank(cora_ids, tmp_path):
+    """Two torchrun commands as two machines (c10d): the machine that lost rank 1
+    counts a restart, the other is restarted for the new round without counting one
+    (its workers see TORCHELASTIC_RESTART_COUNT=0 again); both form RPC together."""
+    data, root = cora_ids
+    out, port, marker = tmp_path / "out", free_port(), uuid.uuid4().hex
+    out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+           "--max-restarts=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+           "--rdzv-id=two-machines", str(JOB), "--parts", str(root), "--out", str(out),
+           "--fault", "kill"]
+    procs = [start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": "20"}) for _ in range(2)]
+    deadline = time.monotonic() + 100
+    jobs = [finish(cmd, proc, marker, max(deadline - time.monotonic(), 1)) for proc in procs]
+    for job in jobs:
+        assert job.returncode == 0, job.describe()
+    assert_no_leftovers(marker, jobs[0])
+    assert (out / "fault.done").exists() and len(list(out.glob("*.started"))) >= 3
+    check_samples(data, root, out, None, jobs[0])
