@@ -30,7 +30,7 @@ from pyg_dist.loader.compat import accept_pyg_options
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
-from pyg_dist.rpc import runtime
+from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
@@ -248,7 +248,8 @@ class DistLoader:
         group and this loader's agreed number (the same on every rank)."""
         name = f"{self.sampler.group.name}_loader{self.number}w{index}"
         host, port = runtime.store_address(self.ctx)  # also without torchrun's env
-        ctx = dataclasses.replace(self.ctx, master_addr=host, master_port=port)
+        ctx = dataclasses.replace(self.ctx, master_addr=host, master_port=port,
+                                  incarnation=incarnation.current(self.ctx))
         return WorkerSpec(ctx, name, self.features, self.graph, self.spec,
                           self.batch_timeout, index, self.worker_threads,
                           dict(self.sampler.group.direct_infos))

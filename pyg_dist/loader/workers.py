@@ -86,13 +86,15 @@ def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerS
                          f"{spec.ctx.rank}:\n{traceback.format_exc()}"))
 
 
-# torchrun's description of the trainer. Workers get theirs from WorkerSpec.ctx; hiding
-# these keeps a spawned worker that re-runs an unguarded training script (no
-# ``if __name__ == "__main__":``) from joining the trainers' rendezvous as a duplicate
-# rank: it fails on its own instead, and the trainer reports it.
+# torchrun's description of the trainer. Workers get theirs from WorkerSpec.ctx (its
+# incarnation included); hiding these keeps a spawned worker that re-runs an unguarded
+# training script (no ``if __name__ == "__main__":``) from joining the trainers'
+# rendezvous as a duplicate rank: it fails on its own instead, and the trainer reports
+# it. ``TORCHELASTIC_RESTART_COUNT`` and ``TORCHELASTIC_RUN_ID`` stay: alone they make
+# no rank, and code running in a worker may want to know which restart it is in.
 _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+                 "MASTER_PORT")
 _START_HINT = ("a worker that dies while starting usually means the training script runs "
                "its code at import time: sampler workers are spawned and re-import it, so "
                "put the training code under `if __name__ == \"__main__\":`")

@@ -46,6 +46,12 @@ class DistContext:
             their owner runs on this machine and mapped them
             (:mod:`pyg_dist.sampler.direct`); ``None`` (default): on unless
             ``PYG_DIST_DIRECT_READS=0``.
+        restart_count (int): how many times torchrun restarted this machine's workers
+            (``TORCHELASTIC_RESTART_COUNT``); informative (logs, resuming).
+        incarnation (str, optional): the id the job's ranks agreed on for this round of
+            workers (:mod:`pyg_dist.rpc.incarnation`); every key pyg_dist keeps in the
+            rendezvous store is scoped to it. ``None`` until agreed: trainers agree on
+            it when they join, sampler workers inherit their trainer's.
     """
     rank: int = 0
     world_size: int = 1
@@ -60,6 +66,8 @@ class DistContext:
     group_name: str = ""
     role: Optional[object] = None
     direct_reads: Optional[bool] = None
+    restart_count: int = 0
+    incarnation: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -79,7 +87,8 @@ class DistContext:
     def from_env(cls, rpc_timeout: Optional[float] = None,
                  env: Optional[Mapping[str, str]] = None) -> "DistContext":
         """Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-        ``GROUP_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (as set by ``torchrun``).
+        ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` and
+        ``TORCHELASTIC_RESTART_COUNT`` (as set by ``torchrun``).
 
         Without them (a plain ``python script.py``) the context is a single process:
         rank 0 of 1, no RPC. ``PYG_DIST_RPC_TIMEOUT`` sets the RPC timeout.
@@ -93,7 +102,8 @@ class DistContext:
                    local_rank=_env_int(env, "LOCAL_RANK", 0), local_world_size=local_world,
                    group_rank=_env_int(env, "GROUP_RANK", 0),
                    master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-                   master_port=_env_int(env, "MASTER_PORT", 29500), rpc_timeout=timeout)
+                   master_port=_env_int(env, "MASTER_PORT", 29500), rpc_timeout=timeout,
+                   restart_count=_env_int(env, "TORCHELASTIC_RESTART_COUNT", 0))
 
     def with_timeout(self, rpc_timeout: float) -> "DistContext":
         return replace(self, rpc_timeout=rpc_timeout)

@@ -1,8 +1,10 @@
 """Liveness of the ranks of a job: heartbeats in the rendezvous store, and a watchdog.
 
 Every rank that joins a pyg_dist job (:func:`pyg_dist.init_process_group` or the RPC
-join) starts a daemon thread that bumps its counter ``pyg_dist/health/<rank>`` in
-torchrun's store every ``interval`` seconds and reads its peers' counters. A peer
+join) starts a daemon thread that bumps its counter ``health/<rank>`` in torchrun's
+store (among the keys of its incarnation, :mod:`pyg_dist.rpc.incarnation`, so a rank
+restarted by torchrun never reads the dead incarnation's) every ``interval`` seconds
+and reads its peers' counters. A peer
 whose counter stops moving is *silent*: stopped (``SIGSTOP``), hung with the GIL
 held, dead, or cut off. A rank that leaves normally writes ``done``; a rank that
 fails writes its error, so peers can say why it went away.
@@ -33,11 +35,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 
+from pyg_dist.rpc import incarnation
 from pyg_dist.rpc.context import DistContext
 
 log = logging.getLogger("pyg_dist")
 
-PREFIX = "pyg_dist/health/"
+PREFIX = "health"
 DONE = "done"
 
 
@@ -74,7 +77,8 @@ class Watchdog:
     """Publishes this rank's heartbeat and watches every peer's.
 
     Args:
-        store: a client of the job's rendezvous store (used by this thread only).
+        store: a client of the job's rendezvous store, scoped to this incarnation
+            (used by this thread only).
         rank (int): this process's rank.
         world_size (int): ranks in the job.
         config (WatchdogConfig): timings.
@@ -183,8 +187,9 @@ def start(ctx: DistContext, address: Optional[Tuple[str, int]] = None) -> Option
         if _WATCHDOG is not None or not ctx.is_distributed:
             return _WATCHDOG
         host, port = address or (ctx.master_addr, ctx.master_port)
-        store = dist.TCPStore(host, port, is_master=False,
-                              timeout=timedelta(seconds=ctx.rpc_timeout))
+        store = incarnation.scoped(dist.TCPStore(host, port, is_master=False,
+                                                 timeout=timedelta(seconds=ctx.rpc_timeout)),
+                                   incarnation.current(ctx))
         _WATCHDOG = Watchdog(store, ctx.rank, ctx.world_size,
                              WatchdogConfig.for_timeout(ctx.rpc_timeout))
         _install_hooks()

@@ -2,7 +2,10 @@
 
 RPC meets through the store torchrun already runs at ``MASTER_ADDR:MASTER_PORT``
 (a ``PrefixStore`` per group), so users give no extra ports or host lists. Sampler
-worker processes form groups of their own over the same store.
+worker processes form groups of their own over the same store. torchrun keeps that
+store when it restarts the workers (``--max-restarts``), so every key pyg_dist uses,
+torch's process group included, lives under the id the ranks of this incarnation
+agreed on (:mod:`pyg_dist.rpc.incarnation`): nothing a dead incarnation left is read.
 
 One process belongs to at most one RPC group at a time (a torch limitation): the
 trainers' group, or one sampler-worker group. Group names are never taken from a
@@ -25,18 +28,19 @@ import os
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional
 from urllib.parse import parse_qs, urlparse
 
 import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from pyg_dist.rpc import health, network
+from pyg_dist.rpc import health, incarnation, network, stores
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
 from pyg_dist.rpc.registry import RemoteFailure, dispatch, reads_partition_only, run_local
+from pyg_dist.rpc.stores import store_address
 
 log = logging.getLogger("pyg_dist")
 
@@ -49,19 +53,6 @@ class RpcPeerError(RuntimeError):
     """An RPC to a peer failed (it died, timed out, or is unreachable)."""
 
 
-def store_address(ctx: DistContext) -> Tuple[str, int]:
-    """Where the job's rendezvous store listens: the default process group's (also when
-    it was initialised with a ``tcp://`` address, as scripts started with
-    ``torch.multiprocessing.spawn`` do), else ``MASTER_ADDR:MASTER_PORT``."""
-    if dist.is_initialized():
-        store = dist.distributed_c10d._get_default_store()
-        while isinstance(store, dist.PrefixStore):
-            store = store.underlying_store
-        if isinstance(store, dist.TCPStore):
-            return str(store.host), int(store.port)
-    return ctx.master_addr, ctx.master_port
-
-
 def _check_ranks(ctx: DistContext) -> None:
     """The context must describe this process as the default group does."""
     if dist.is_initialized() and (dist.get_rank(), dist.get_world_size()) != \
@@ -71,14 +62,6 @@ def _check_ranks(ctx: DistContext) -> None:
                          f"{dist.get_world_size()}")
 
 
-def _base_store(ctx: DistContext) -> dist.Store:
-    """The job's rendezvous store: the default process group's, or a client of torchrun's."""
-    if dist.is_initialized():
-        return dist.distributed_c10d._get_default_store()
-    return dist.TCPStore(ctx.master_addr, ctx.master_port, is_master=False,
-                         timeout=timedelta(seconds=ctx.rpc_timeout))
-
-
 _PENDING: Dict[str, DistContext] = {}
 
 
@@ -86,7 +69,7 @@ def _rendezvous(url: str, **kwargs: Any) -> Iterator:
     parsed = urlparse(url)
     query = parse_qs(parsed.query)
     group = parsed.netloc + parsed.path
-    store = dist.PrefixStore(f"pyg_dist/{group}/", _base_store(_PENDING[group]))
+    store = dist.PrefixStore(f"rpc/{group}", stores.job_store(_PENDING[group]))
     yield store, int(query["rank"][0]), int(query["world_size"][0])
 
 
@@ -228,8 +211,11 @@ def init_process_group(backend: Optional[str] = None, ctx: Optional[DistContext]
     Collectives (DDP's gradient all-reduce included) time out after the job's timeout
     (``ctx.rpc_timeout``, ``PYG_DIST_RPC_TIMEOUT``) instead of torch's 30 minutes; a
     stalled or failed rank is named by the health watchdog; listeners use the
-    interface that reaches ``MASTER_ADDR``. Outside ``torchrun`` (one plain process)
-    a one-rank group is created in memory.
+    interface that reaches ``MASTER_ADDR``. The group meets under this incarnation's
+    keys of the rendezvous store, so it forms again after torchrun restarted the
+    workers (torch's own ``env://`` initialisation reads the dead incarnation's
+    addresses). Outside ``torchrun`` (one plain process) a one-rank group is created
+    in memory.
 
     Args:
         backend (str, optional): ``"gloo"`` (default) or ``"nccl"``.
@@ -243,13 +229,16 @@ def init_process_group(backend: Optional[str] = None, ctx: Optional[DistContext]
     if not dist.is_initialized():
         kwargs.setdefault("timeout", timedelta(seconds=ctx.rpc_timeout))
         network.choose_interfaces(store_address(ctx)[0])
-        if ctx.is_distributed or "MASTER_PORT" in os.environ:
+        if ctx.is_distributed:
+            stores.init_scoped(backend or "gloo", ctx, **kwargs)
+        elif "MASTER_PORT" in os.environ:
             dist.init_process_group(backend or "gloo", init_method="env://", rank=ctx.rank,
                                     world_size=ctx.world_size, **kwargs)
         else:
             dist.init_process_group(backend or "gloo", store=dist.HashStore(), rank=0,
                                     world_size=1, **kwargs)
     _check_ranks(ctx)
+    incarnation.ensure(ctx, stores.base_store(ctx))  # also when user code made the group
     health.start(ctx, store_address(ctx))
     return ctx
 
@@ -304,7 +293,7 @@ def _generation(ctx: DistContext, group: str) -> int:
     k-th join of every rank draws from [k * world_size, (k + 1) * world_size))."""
     if not ctx.is_distributed:
         return 0
-    count = _base_store(ctx).add(f"pyg_dist/generations/{group}", 1)
+    count = stores.job_store(ctx).add(f"generations/{group}", 1)
     return (int(count) - 1) // ctx.world_size
 
 

@@ -1,0 +1,165 @@
+"""Jobs that survive a lost rank: ``torchrun --max-restarts=1`` restarts the workers and
+the second incarnation forms pyg_dist's RPC groups again and samples correctly.
+
+Each job runs ``elastic_job.py`` (2 ranks on Cora, full fan-out, so every batch has
+one right answer): rank 1 of incarnation 0 SIGKILLs or SIGSTOPs itself after two
+batches; incarnation 1 must sample every seed of both ranks, each batch equal to the
+ground truth computed on the unpartitioned graph, and the job must exit 0.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+import torch
+
+from pyg_dist import Partitioner
+from pyg_dist.partition import io
+from pyg_dist.testing import free_port
+from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from test_training import Job, assert_no_leftovers, processes_with, start
+
+JOB = Path(__file__).resolve().parent / "elastic_job.py"
+
+
+@pytest.fixture(scope="module")
+def cora_ids(cora, tmp_path_factory):
+    """Cora with id-encoded attributes, partitioned in two (METIS, fixed seed)."""
+    data = encode_ids(cora)
+    root = tmp_path_factory.mktemp("cora_elastic")
+    Partitioner(data, 2, root, seed=0, progress=False).generate()
+    return data, root
+
+
+def elastic_cmd(rdzv: str, port: int, args: List[str]) -> List[str]:
+    """torchrun with one restart allowed, 2 ranks on 127.0.0.1."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+           "--max-restarts=1"]
+    if rdzv == "c10d":
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"]
+    else:  # static rendezvous, torchrun's default
+        cmd += ["--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}"]
+    return cmd + [str(JOB), *args]
+
+
+def run_elastic(rdzv: str, root: Path, out: Path, timeout: float, fault: str,
+                num_workers: int = 0, rpc_timeout: float = 20) -> Job:
+    out.mkdir()
+    cmd = elastic_cmd(rdzv, free_port(), ["--parts", str(root), "--out", str(out),
+                                          "--fault", fault, "--num-workers", str(num_workers)])
+    marker = uuid.uuid4().hex
+    job = finish(cmd, start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": str(rpc_timeout)}), marker,
+                 timeout)
+    assert_no_leftovers(marker, job)
+    return job
+
+
+def finish(cmd: List[str], proc: subprocess.Popen, marker: str, timeout: float) -> Job:
+    """Waits for ``proc``; on timeout kills every process of the job and fails."""
+    started = time.monotonic()
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # kill every process of the job: trainers run in
+        for pid in [proc.pid, *processes_with(marker)]:  # sessions of their own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # gone meanwhile
+                pass
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout:.0f}s: $ {' '.join(cmd)}\n{out[-12000:]}")
+    return Job(cmd, proc.returncode, out, time.monotonic() - started)
+
+
+def check_samples(data, root: Path, out: Path, incarnation: Optional[int], job: Job) -> None:
+    """Both ranks of ``incarnation`` (their restart count; ``None``: any) sampled all
+    their seeds, each batch exactly."""
+    node_map = io.load_pt(root / io.NODE_MAP_FILE)
+    for rank in range(2):
+        paths = list(out.glob(f"inc{'*' if incarnation is None else incarnation}_rank{rank}.json"))
+        assert len(paths) == 1, f"rank {rank} of incarnation {incarnation} wrote no result\n" \
+                                f"{job.describe()}"
+        path = paths[0]
+        result = json.loads(path.read_text())
+        seeds = node_map[torch.tensor(result["seeds"], dtype=torch.long)]
+        assert len(seeds) > 16 * 3  # several batches
+        sampled = [s for b in result["batches"] for s in b["seeds"]]
+        assert sorted(set(sampled)) == sorted(seeds.tolist())
+        for batch in result["batches"]:
+            nodes, edges = khop_in_neighbourhood(
+                {HOMO_NODE: data.num_nodes}, {HOMO_EDGE: data.edge_index},
+                {HOMO_NODE: torch.tensor(batch["seeds"])}, 2, [HOMO_EDGE])
+            assert batch["nid"] == sorted(nodes[HOMO_NODE])
+            assert batch["oid"] == sorted(edges[HOMO_EDGE])
+
+
+def check_restarted(out: Path, job: Job) -> None:
+    """The job exited 0 after a second incarnation, which is the one that finished."""
+    assert job.returncode == 0, job.describe()
+    started = sorted(p.name for p in out.glob("*.started"))
+    assert started == ["inc0_rank0.started", "inc0_rank1.started", "inc1_rank0.started",
+                       "inc1_rank1.started"], f"{started}\n{job.describe()}"
+    assert not list(out.glob("inc0_*.json")), "incarnation 0 finished despite the fault"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("rdzv", ["c10d", "static"])
+def test_killed_rank_restarts_and_samples_correctly(cora_ids, tmp_path, rdzv):
+    data, root = cora_ids
+    job = run_elastic(rdzv, root, tmp_path / "out", timeout=100, fault="kill")
+    check_restarted(tmp_path / "out", job)
+    check_samples(data, root, tmp_path / "out", 1, job)
+
+
+@pytest.mark.timeout(120)
+def test_killed_rank_restarts_with_sampler_workers(cora_ids, tmp_path):
+    data, root = cora_ids
+    job = run_elastic("c10d", root, tmp_path / "out", timeout=100, fault="kill",
+                      num_workers=1)
+    check_restarted(tmp_path / "out", job)
+    check_samples(data, root, tmp_path / "out", 1, job)
+
+
+@pytest.mark.timeout(150)
+def test_stopped_rank_is_restarted_like_a_dead_one(cora_ids, tmp_path):
+    """rank 0 names the silent rank 1 within the RPC timeout and fails; torchrun stops
+    the round (SIGKILLing the stopped rank after its fixed 30 s grace) and restarts."""
+    data, root = cora_ids
+    job = run_elastic("c10d", root, tmp_path / "out", timeout=130, fault="stop",
+                      rpc_timeout=10)
+    check_restarted(tmp_path / "out", job)
+    # rank 0 of incarnation 0 named the silent rank when its collective timed out
+    first = job.output.split("rank 0 incarnation 1 batch 0")[0]
+    assert re.search(r"pyg_dist: rank 1 has sent no heartbeat for \d+s", first), job.describe()
+    check_samples(data, root, tmp_path / "out", 1, job)
+
+
+@pytest.mark.timeout(120)
+def test_two_machines_continue_after_one_loses_its_rank(cora_ids, tmp_path):
+    """Two torchrun commands as two machines (c10d): the machine that lost rank 1
+    counts a restart, the other is restarted for the new round without counting one
+    (its workers see TORCHELASTIC_RESTART_COUNT=0 again); both form RPC together."""
+    data, root = cora_ids
+    out, port, marker = tmp_path / "out", free_port(), uuid.uuid4().hex
+    out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+           "--max-restarts=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+           "--rdzv-id=two-machines", str(JOB), "--parts", str(root), "--out", str(out),
+           "--fault", "kill"]
+    procs = [start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": "20"}) for _ in range(2)]
+    deadline = time.monotonic() + 100
+    jobs = [finish(cmd, proc, marker, max(deadline - time.monotonic(), 1)) for proc in procs]
+    for job in jobs:
+        assert job.returncode == 0, job.describe()
+    assert_no_leftovers(marker, jobs[0])
+    assert (out / "fault.done").exists() and len(list(out.glob("*.started"))) >= 3
+    check_samples(data, root, out, None, jobs[0])
