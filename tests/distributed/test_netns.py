@@ -52,6 +52,22 @@ def _result(out: str) -> dict:
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
+def _run_machines(cluster: EmulatedCluster, commands: list) -> list:
+    """Runs ``commands[m]`` on machine ``m``; their outputs, once every one exited 0."""
+    procs = [cluster.popen(m, argv, env=ENV, cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True) for m, argv in enumerate(commands)]
+    try:
+        outs = [p.communicate(timeout=150)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-6000:]
+    return outs
+
+
 @pytest.mark.timeout(200)
 def test_two_namespaces_train_like_loopback(parts: Path) -> None:
     remove_leftovers()
@@ -60,18 +76,8 @@ def test_two_namespaces_train_like_loopback(parts: Path) -> None:
     assert loop.returncode == 0, loop.stdout[-6000:] + loop.stderr[-3000:]
     with EmulatedCluster(2) as cluster:
         port = free_port()
-        procs = [cluster.popen(m, _torchrun(2, m, 1, cluster.address(0), port, parts),
-                               env=ENV, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True) for m in (0, 1)]
-        try:
-            outs = [p.communicate(timeout=150)[0] for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
-        for p, out in zip(procs, outs):
-            assert p.returncode == 0, out[-6000:]
+        outs = _run_machines(cluster, [_torchrun(2, m, 1, cluster.address(0), port, parts)
+                                       for m in (0, 1)])
     ours, ref = _result(outs[0]), _result(loop.stdout)
     assert ours["world_size"] == ref["world_size"] == 2
     assert ref["direct_parts"] == [1] and ours["direct_parts"] == []  # loopback vs 2 machines
@@ -90,21 +96,11 @@ def test_remote_features_cross_the_rate_limited_link(parts: Path) -> None:
     script = REPO / "tests" / "distributed" / "netns_fetch.py"
     with EmulatedCluster(2, "20mbit") as cluster:
         port = free_port()
-        procs = [cluster.popen(m, [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
-                                   f"--node-rank={m}", "--nproc-per-node=1",
-                                   f"--master-addr={cluster.address(0)}", f"--master-port={port}",
-                                   str(script), str(parts)],
-                               env=ENV, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True) for m in (0, 1)]
-        try:
-            outs = [p.communicate(timeout=150)[0] for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-6000:]
+        outs = _run_machines(cluster, [
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={m}",
+             "--nproc-per-node=1", f"--master-addr={cluster.address(0)}",
+             f"--master-port={port}", str(script), str(parts)] for m in (0, 1)])
+    for out in outs:
         got = _result(out)
         at_link_rate = got["bytes"] * 8 / 20e6
         assert got["bytes"] > 4e6 and got["seconds"] >= 0.8 * at_link_rate, got
