@@ -54,7 +54,7 @@ def test_remote_rows_are_the_float32_rows_rounded(hetero_parted, wire):
 
 def test_wire_bytes_are_halved(homo_parted):
     meta = homo_parted.meta
-    (node_type,), (edge_type,) = meta.node_types, meta.edge_types
+    (node_type,) = meta.node_types
     ids = torch.arange(meta.num_nodes[node_type])
     sizes = {}
     for wire in (None, "bf16"):
