@@ -77,7 +77,7 @@ def build(fetcher: Any, budget: Budget, skip: Tuple[int, ...]) -> Optional[Featu
     if store.add(f"{key}/claims", 1) == 1:
         store.set(f"{key}/builder", str(group.rank))
         return _build_here(fetcher, store, key, chosen, row_bytes)
-    return _join(fetcher, store, key, chosen, row_bytes, budget, skip)
+    return _join(fetcher, store, key, chosen, row_bytes)
 
 
 def _key(fetcher: Any, budget: Budget, skip: Tuple[int, ...], number: int) -> str:
@@ -112,22 +112,23 @@ def _build_here(fetcher: Any, store: Any, key: str, chosen: Dict[NodeType, Tenso
         raise
 
 
+def _builder(store: Any, key: str) -> str:
+    return store.get(f"{key}/builder").decode() if store.check([f"{key}/builder"]) else "?"
+
+
 def _join(fetcher: Any, store: Any, key: str, chosen: Dict[NodeType, Tensor],
-          row_bytes: Dict[NodeType, int], budget: Budget,
-          skip: Tuple[int, ...]) -> Optional[FeatureCache]:
+          row_bytes: Dict[NodeType, int]) -> Optional[FeatureCache]:
     nbytes = sum(ids.numel() * row_bytes[t] for t, ids in chosen.items())
     timeout = fetcher.group.ctx.rpc_timeout + nbytes / 10e6  # the builder fetches it all
     try:
         store.wait([f"{key}/file"], timedelta(seconds=timeout))
     except Exception as exc:  # a store timeout: name who was building
-        builder = store.get(f"{key}/builder").decode()
         raise SharedCacheError(
-            f"rank {builder}, building the feature cache this machine shares, published "
+            f"rank {_builder(store, key)}, building the feature cache this machine shares, published "
             f"nothing within {timeout:.0f} s (lost or stalled?): {exc}") from None
     answer = json.loads(store.get(f"{key}/file"))
     if "error" in answer:
-        builder = store.get(f"{key}/builder").decode()
-        raise SharedCacheError(f"rank {builder} failed to build the feature cache this "
+        raise SharedCacheError(f"rank {_builder(store, key)} failed to build the feature cache this "
                                f"machine shares: {answer['error']}")
     if "empty" in answer or not chosen:
         return None
@@ -139,11 +140,11 @@ def _join(fetcher: Any, store: Any, key: str, chosen: Dict[NodeType, Tensor],
     except FileNotFoundError:  # every earlier user let go before this one came
         log.info("pyg_dist: shared feature cache %s is gone; fetching a private one", file.path)
         return fetcher.fetch_cache(chosen, row_bytes)
-    for t, ids in chosen.items():
-        if not torch.equal(cache.ids.get(t, ids[:0]), ids) or set(cache.ids) != set(chosen):
-            cache.close()
-            raise SharedCacheError(f"shared feature cache {file.path} holds other rows "
-                                   f"of node type '{t}' than this rank would cache")
+    if set(cache.ids) != set(chosen) or \
+            not all(torch.equal(cache.ids[t], ids) for t, ids in chosen.items()):
+        cache.close()
+        raise SharedCacheError(f"shared feature cache {file.path} holds other rows than "
+                               f"this rank would cache")
     return cache
 
 
