@@ -255,7 +255,7 @@ class ChunkedGraph:
             if fmt == "numpy":
                 shape, dtype = arrays.npy_header(path)
                 if len(shape) != 2 or shape[1] != 2 or dtype.kind not in "iu":
-                    raise ChunkedFormatError(f"edge chunk {path} holds a {dtype} array of "
+                    raise ChunkedFormatError(f"edge chunk {path} holds {dtype} values of "
                                              f"shape {shape}, expected integers of shape "
                                              f"[E, 2]")
                 count = shape[0]
