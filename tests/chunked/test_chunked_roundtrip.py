@@ -11,7 +11,7 @@ import torch
 
 from pyg_dist.chunked import ChunkedGraph, read_chunked, write_chunked
 from pyg_dist.chunked.arrays import open_npy
-from tests.chunked.conftest import EDGE_FORMATS, assert_same_graph, needs_pyarrow
+from chunked_helpers import EDGE_FORMATS, assert_same_graph, needs_pyarrow
 
 
 @pytest.mark.parametrize("edge_format", EDGE_FORMATS)
