@@ -221,26 +221,30 @@ class ChunkedGraph:
 
     def _data_array(self, kind: str, type_name: str, name: str, files: ChunkFiles,
                     chunk_counts: Optional[Tuple[int, ...]]) -> DataArray:
-        """Row offsets of a data array, checked against its type's counts."""
+        """Row offsets of a data array, checked against its type's counts.
+
+        Data chunks may be split independently of the node/edge chunks (DGL allows
+        it); only their total must match. When it does not and the files pair up with
+        the type's chunks, the first file whose rows differ is named.
+        """
         what = f"{kind} data {type_name}/{name}"
-        fmt = files.format.name
-        expected = self.meta.node_types[type_name].num_nodes if kind == "node" else \
-            self.meta.edge_types[type_name].num_edges
-        aligned = chunk_counts is not None and len(chunk_counts) == len(files.files)
         rows, first = [], None
-        for i, path in enumerate(files.files):
-            count, layout = _rows(path, fmt)
-            if aligned and count != chunk_counts[i]:
-                raise ChunkedFormatError(f"{what} chunk {path} has {count} rows, expected "
-                                         f"{chunk_counts[i]} (num_{kind}s_per_chunk of "
-                                         f"{type_name!r})")
+        for path in files.files:
+            count, layout = _rows(path, files.format.name)
             first = layout if first is None else first
             if layout is not None and layout != first:
                 raise ChunkedFormatError(f"{what} chunk {path} holds rows of shape "
                                          f"{layout[0]} {layout[1]}, but its first chunk "
                                          f"{first[0]} {first[1]}")
             rows.append(count)
+        expected = self.meta.node_types[type_name].num_nodes if kind == "node" else \
+            self.meta.edge_types[type_name].num_edges
         if sum(rows) != expected:
+            if chunk_counts is not None and len(chunk_counts) == len(rows):
+                i = next(i for i, (a, b) in enumerate(zip(rows, chunk_counts)) if a != b)
+                raise ChunkedFormatError(f"{what} chunk {files.files[i]} has {rows[i]} rows, "
+                                         f"expected {chunk_counts[i]} (num_{kind}s_per_chunk "
+                                         f"of {type_name!r})")
             raise ChunkedFormatError(f"{what} has {sum(rows)} rows in its chunks (last: "
                                      f"{files.files[-1]}), expected {expected} (one per "
                                      f"{kind} of type {type_name!r})")
