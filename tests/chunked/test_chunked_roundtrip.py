@@ -142,3 +142,20 @@ def test_type_names_with_colons_are_refused(tmp_path: Path) -> None:
     data["a:b", "r", "a:b"].edge_index = torch.tensor([[0], [1]])
     with pytest.raises(ValueError, match="':'"):
         write_chunked(data, tmp_path / "g")
+
+
+def test_csv_formatting_matches_numpy_savetxt() -> None:
+    import io as _io
+
+    from pyg_dist.chunked.arrays import format_ids
+
+    rng = np.random.default_rng(0)
+    cases = [np.array([[0, 0], [9, 10], [99, 100], [10**18 - 1, 10**18], [2**63 - 1, 0]]),
+             rng.integers(0, 10**12, (1000, 2)), np.empty((0, 2), dtype=np.int64)]
+    for ids in cases:
+        for delimiter in (" ", ",", "\t"):
+            want = _io.BytesIO()
+            np.savetxt(want, ids, fmt="%d", delimiter=delimiter)
+            assert format_ids(ids, delimiter) == want.getvalue()
+    with pytest.raises(ValueError, match="non-negative"):
+        format_ids(np.array([[0, -1]]))
