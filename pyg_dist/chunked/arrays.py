@@ -127,7 +127,7 @@ def read_parquet(path: Path) -> np.ndarray:
     """A parquet chunk as an array: one scalar column -> ``[N]``; one list column or
     several scalar columns -> ``[N, D]``."""
     pa, pq = pyarrow_modules()
-    import pyarrow.compute  # noqa: F401  (pa.compute)
+    import pyarrow.compute as pc
 
     check_file(path)
     try:
@@ -143,7 +143,7 @@ def read_parquet(path: Path) -> np.ndarray:
         if table.num_columns == 1 and (pa.types.is_list(kind)
                                        or pa.types.is_fixed_size_list(kind)):
             column = table.column(0).combine_chunks()
-            lengths = pa.compute.list_value_length(column).to_numpy()
+            lengths = pc.list_value_length(column).to_numpy()
             if lengths.size and lengths.min() != lengths.max():
                 raise ChunkedFormatError(f"parquet chunk {path} has rows of different "
                                          f"lengths ({lengths.min()} to {lengths.max()})")

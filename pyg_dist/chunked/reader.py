@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from pyg_dist.chunked import arrays
 from pyg_dist.chunked.metadata import (ChunkedFormatError, ChunkedMeta, ChunkFiles,
-                                       EdgeTypeSpec)
+                                       EdgeTypeSpec, NodeTypeSpec)
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
 
 #: the canonical edge type string of a homogeneous graph (DGL's convention)
@@ -89,12 +89,12 @@ class ChunkedGraph:
 
     def __init__(self, meta: ChunkedMeta) -> None:
         self.meta = meta
-        self._node_data = {(t, n): self._data_array("node", t, n, f, meta.node_types[t]
-                                                    .chunk_counts)
-                           for t, arrays_ in meta.node_data.items() for n, f in arrays_.items()}
-        self._edge_data = {(t, n): self._data_array("edge", t, n, f, meta.edge_types[t]
-                                                    .chunk_counts)
-                           for t, arrays_ in meta.edge_data.items() for n, f in arrays_.items()}
+        self._node_data = {
+            (t, name): self._data_array("node", t, name, files, meta.node_types[t].chunk_counts)
+            for t, by_name in meta.node_data.items() for name, files in by_name.items()}
+        self._edge_data = {
+            (t, name): self._data_array("edge", t, name, files, meta.edge_types[t].chunk_counts)
+            for t, by_name in meta.edge_data.items() for name, files in by_name.items()}
         for spec in meta.edge_types.values():
             self._check_edge_files(spec)
 
@@ -192,7 +192,7 @@ class ChunkedGraph:
                 pass
 
     # ---- internals ----------------------------------------------------------------------
-    def _node_spec(self, node_type: Optional[str]):
+    def _node_spec(self, node_type: Optional[str]) -> NodeTypeSpec:
         name = HOMO_NODE if node_type is None else node_type
         if name not in self.meta.node_types:
             raise KeyError(f"unknown node type {name!r} (node types: {list(self.node_types)})")

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Dict
 
 import numpy as np
 import pytest
+import torch
 
 from pyg_dist.chunked import ChunkedFormatError, read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
@@ -117,17 +119,17 @@ def good_folders(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     from pyg_dist.datasets.synthetic import community_graph
 
     data = community_graph(60, 4.0, 3, 3, seed=0)  # 240 edges
-    data.edge_time = np.arange(data.edge_index.size(1))
-    data.edge_time = __import__("torch").from_numpy(data.edge_time)
+    data.edge_time = torch.arange(data.edge_index.size(1))
     root = tmp_path_factory.mktemp("good")
-    return {fmt: write_chunked(data, root / fmt, chunk_size=20, edge_format=fmt).meta.source.parent
-            for fmt in ("numpy", "csv")}
+    for fmt in ("numpy", "csv"):
+        write_chunked(data, root / fmt, chunk_size=20, edge_format=fmt)
+    return {fmt: root / fmt for fmt in ("numpy", "csv")}
 
 
 def _broken(case: str, good_folders: Dict[str, Path], tmp_path: Path):
     fmt, breaker = CASES[case]
     folder = tmp_path / "broken"
-    __import__("shutil").copytree(good_folders[fmt], folder)
+    shutil.copytree(good_folders[fmt], folder)
     return folder, breaker(folder)
 
 
@@ -177,7 +179,7 @@ def test_dataset_and_input_are_exclusive(tmp_path: Path, capsys) -> None:
 def test_parquet_without_pyarrow_names_the_extra(good_folders, tmp_path: Path, monkeypatch,
                                                  capsys) -> None:
     folder = tmp_path / "pq"
-    __import__("shutil").copytree(good_folders["numpy"], folder)
+    shutil.copytree(good_folders["numpy"], folder)
     _edit(folder, lambda m: m["edges"]["_N:_E:_N"].update(format={"name": "parquet"}))
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)

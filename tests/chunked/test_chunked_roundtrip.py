@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_dist.chunked import ChunkedGraph, read_chunked, write_chunked
+from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.chunked.arrays import open_npy
 from chunked_helpers import EDGE_FORMATS, assert_same_graph, needs_pyarrow
 
