@@ -189,3 +189,15 @@ def test_parquet_without_pyarrow_names_the_extra(good_folders, tmp_path: Path, m
                            "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pyarrow" in err
+
+
+def test_validate_streams_every_edge_chunk(good_folders, tmp_path: Path) -> None:
+    """open() checks headers only; validate() reads each edge chunk once and checks ids."""
+    from pyg_dist.chunked import ChunkedGraph
+
+    folder, name = _broken("edge_id_past_node_count", good_folders, tmp_path)
+    graph = ChunkedGraph.open(folder)  # the header of the bad chunk is fine
+    with pytest.raises(ChunkedFormatError, match="outside") as info:
+        graph.validate()
+    _one_line_naming(str(info.value), name)
+    ChunkedGraph.open(good_folders["csv"]).validate()
