@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -89,6 +89,7 @@ class ChunkedGraph:
 
     def __init__(self, meta: ChunkedMeta) -> None:
         self.meta = meta
+        self._layouts: Dict[str, Tuple[Tuple[int, ...], np.dtype]] = {}
         self._node_data = {
             (t, name): self._data_array("node", t, name, files, meta.node_types[t].chunk_counts)
             for t, by_name in meta.node_data.items() for name, files in by_name.items()}
@@ -280,8 +281,7 @@ class ChunkedGraph:
                                      f"expected integer node ids")
         return np.asarray(ids, dtype=np.int64)
 
-    @staticmethod
-    def _chunk(array: DataArray, i: int) -> np.ndarray:
+    def _chunk(self, array: DataArray, i: int) -> np.ndarray:
         path = array.files.files[i]
         data = _read(path, array.files.format.name)
         rows = int(array.offsets[i + 1] - array.offsets[i])
@@ -289,6 +289,12 @@ class ChunkedGraph:
             raise ChunkedFormatError(f"{array.what} chunk {path} changed while being read "
                                      f"({data.shape[0] if data.ndim else 0} rows, "
                                      f"expected {rows})")
+        layout = (data.shape[1:], data.dtype)  # parquet has no header to check at open()
+        seen = self._layouts.setdefault(array.what, layout)
+        if layout != seen:
+            raise ChunkedFormatError(f"{array.what} chunk {path} holds rows of shape "
+                                     f"{layout[0]} {layout[1]}, but its other chunks "
+                                     f"{seen[0]} {seen[1]}")
         return data
 
     def _iter_data(self, array: DataArray) -> Iterator[Tensor]:

@@ -117,3 +117,19 @@ def test_spark_style_parquet_edges_and_feature_columns(tmp_path: Path) -> None:
                        torch.from_numpy(CITES.T.copy()))
     assert torch.equal(data["paper"].feat,
                        torch.arange(12, dtype=torch.float64).view(4, 3))
+
+
+@needs_pyarrow
+def test_parquet_chunks_of_different_dtypes_are_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = _dgl_folder(tmp_path / "g")
+    pq.write_table(pa.table({"0": np.array([0, 1], dtype=np.int64)}), folder / "l0.parquet")
+    pq.write_table(pa.table({"0": np.array([1.0, 0.0])}), folder / "l1.parquet")
+    meta = json.loads((folder / "metadata.json").read_text())
+    meta["node_data"]["paper"]["label"] = {"format": {"name": "parquet"},
+                                           "data": ["l0.parquet", "l1.parquet"]}
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ChunkedFormatError, match="l1.parquet holds rows of shape"):
+        read_chunked(folder)
