@@ -170,21 +170,46 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
     (:func:`should_coarsen`) and warns when it coarsens. ``recursive`` picks METIS's
     algorithm (see :func:`assign`).
     """
-    phases, start = {}, time.perf_counter()
+    start = time.perf_counter()
     offsets = _type_offsets(tables)
     blocks = [EdgeBlock(index[0].numpy(), index[1].numpy(), offsets[et[0]], offsets[et[2]])
               for et, index in tables.edge_index.items()]
     xadj, adjncy = symmetric_csr(blocks, tables.total_nodes)
     del blocks
-    weights = _vertex_weights(tables, offsets)
-    phases["adjacency"], start = time.perf_counter() - start, time.perf_counter()
+    weights = vertex_weights(tables.num_nodes,
+                             {t: _train_mask(tables, t) for t in tables.num_nodes})
+    phases = {"adjacency": time.perf_counter() - start}
     if coarsen is None:
         coarsen = _coarsen_for_memory(adjncy.nbytes)
     group = np.repeat(np.arange(len(tables.num_nodes)), list(tables.num_nodes.values()))
     train = np.concatenate([_train_mask(tables, t) for t in tables.num_nodes])
+    parts = assign_csr(xadj, adjncy, weights, group, train, num_parts, seed, coarsen,
+                       recursive, phases)
+    return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
+                      phases)
+
+
+def assign_csr(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, group: np.ndarray,
+               train: np.ndarray, num_parts: int, seed: int, coarsen: bool,
+               recursive: Optional[bool], phases: Dict[str, float]) -> np.ndarray:
+    """METIS (on the graph, or with ``coarsen`` on its label-propagation clusters) and
+    the balance post-passes, on a symmetric CSR of all node types together.
+
+    Args:
+        xadj, adjncy: the CSR (:func:`~pyg_dist.partition.kernels.symmetric_csr`; any
+            int64 arrays, memory maps included).
+        weights: ``[num_nodes, ncon]`` vertex weights (:func:`vertex_weights`).
+        group: node type index of every node.
+        train: whether every node is a training node.
+        phases: where to add seconds of ``"coarsen"``, ``"metis"`` and ``"balance"``.
+
+    Returns:
+        The partition of every node (int64).
+    """
+    start = time.perf_counter()
+    total = xadj.shape[0] - 1
     if coarsen:
-        labels, k = cluster(xadj, adjncy, -(-tables.total_nodes // (CLUSTERS_PER_PART
-                                                                     * num_parts)), seed)
+        labels, k = cluster(xadj, adjncy, -(-total // (CLUSTERS_PER_PART * num_parts)), seed)
         coarse = contract(xadj, adjncy, labels, k, weights)
         del weights
         phases["coarsen"], start = time.perf_counter() - start, time.perf_counter()
@@ -196,13 +221,11 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
         parts = _part_graph(num_parts, seed, xadj, adjncy, None, weights, recursive)
         del weights
         phases["metis"], start = time.perf_counter() - start, time.perf_counter()
-    balance_nodes(parts, [group == i for i in range(len(tables.num_nodes))], xadj, adjncy,
-                  num_parts)
+    balance_nodes(parts, [group == i for i in range(int(group.max(initial=-1)) + 1)], xadj,
+                  adjncy, num_parts)
     balance_train(parts, train, xadj, adjncy, num_parts)
-    del xadj, adjncy
     phases["balance"] = time.perf_counter() - start
-    return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
-                      phases)
+    return parts
 
 
 def _coarsen_for_memory(adjacency_bytes: int) -> bool:
@@ -236,17 +259,21 @@ def _part_graph(num_parts: int, seed: int, xadj: np.ndarray, adjncy: np.ndarray,
     return np.asarray(parts, dtype=np.int64)
 
 
-def _vertex_weights(tables: GraphTables, offsets: Dict[NodeType, int]) -> np.ndarray:
-    types = list(tables.num_nodes)
-    trains = {t: _train_mask(tables, t) for t in types}
+def vertex_weights(num_nodes: Dict[NodeType, int], trains: Dict[NodeType, np.ndarray]
+                   ) -> np.ndarray:
+    """``[total nodes, ncon]`` METIS vertex weights: one constraint per node type (in the
+    order of ``num_nodes``) and, when any node trains, one for training nodes."""
+    types = list(num_nodes)
     has_train = any(m.any() for m in trains.values())
     ncon = len(types) + int(has_train)
-    weights = np.zeros((tables.total_nodes, ncon), dtype=np.int64)
+    weights = np.zeros((sum(num_nodes.values()), ncon), dtype=np.int64)
+    lo = 0
     for i, node_type in enumerate(types):
-        lo, hi = offsets[node_type], offsets[node_type] + tables.num_nodes[node_type]
+        hi = lo + num_nodes[node_type]
         weights[lo:hi, i] = 1
         if has_train:
             weights[lo:hi, -1] = trains[node_type]
+        lo = hi
     return weights
 
 
@@ -306,15 +333,23 @@ def balance_train(parts: np.ndarray, train: np.ndarray, xadj: np.ndarray, adj: n
 
 
 def random_assign(tables: GraphTables, num_parts: int, seed: int) -> Dict[NodeType, np.ndarray]:
+    """Balanced random assignment (see :func:`random_parts`)."""
+    return random_parts(tables.num_nodes, {t: _train_mask(tables, t) for t in tables.num_nodes},
+                        num_parts, seed)
+
+
+def random_parts(num_nodes: Dict[NodeType, int], trains: Dict[NodeType, np.ndarray],
+                 num_parts: int, seed: int) -> Dict[NodeType, np.ndarray]:
     """Balanced random assignment: nodes are shuffled and dealt round robin.
 
-    Training nodes and the rest are dealt separately, so both are balanced.
+    Training nodes (``trains``, one bool per node of each type) and the rest are dealt
+    separately, so both are balanced.
     """
     rng = np.random.default_rng(seed)
     out = {}
-    for node_type, n in tables.num_nodes.items():
+    for node_type, n in num_nodes.items():
         parts = np.empty(n, dtype=np.int64)
-        train = _train_mask(tables, node_type)
+        train = trains[node_type]
         dealt = 0
         for group in (np.flatnonzero(train), np.flatnonzero(~train)):
             shuffled = rng.permutation(group)
