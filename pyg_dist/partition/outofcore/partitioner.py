@@ -99,9 +99,9 @@ class OutOfCorePartitioner:
         self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
         self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
         self.progress, self.coarsen = progress, coarsen
-        for et in self.source.edge_names:  # fail before any work: the fairest split must fit
-            self.budget.check_ordered_edges(-(-self.source.num_edges(et) // num_parts),
-                                            f"an even share of edge type {edge_key(et)}")
+        for et, name in self.source.edge_names.items():  # fail before any work: the
+            self.budget.check_ordered_edges(  # fairest split must fit
+                -(-self.source.num_edges(et) // num_parts), f"an even share of edge type {name}")
         self.timings: Optional[PartitionTimings] = None
         self.bucket_flushes = 0
 
@@ -178,7 +178,7 @@ class OutOfCorePartitioner:
         self.bucket_flushes += buckets.flushes
         for p, count in enumerate(buckets.counts):
             self.budget.check_ordered_edges(int(count), f"partition {p} (edge type "
-                                                        f"{edge_key(edge_type)})")
+                                                        f"{self.source.edge_names[edge_type]})")
         return order_buckets(buckets, nodes[edge_type[2]].offsets,
                              self.source.num_edges(edge_type), scratch, edge_key(edge_type))
 
