@@ -205,7 +205,8 @@ def main() -> None:
               f"on disk) in {time.perf_counter() - start:.0f}s", flush=True)
         res: Dict[str, Any] = {"num_nodes": args.num_nodes, "num_edges": args.num_edges,
                                "feat_dim": args.feat_dim, "num_parts": args.num_parts,
-                               "memory_budget": args.memory_budget, "input_gb": round(disk / GIB, 2)}
+                               "memory_budget": args.memory_budget,
+                               "input_gb": round(disk / GIB, 2)}
         res["ooc"] = run("ooc", work / "graph", work / "out", args, parse_size(args.limit))
         print(f"out of core: {res['ooc']}", flush=True)
         if not args.skip_in_memory:

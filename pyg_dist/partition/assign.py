@@ -166,7 +166,8 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
     graph of label-propagation clusters (at most ``1/(CLUSTERS_PER_PART * num_parts)``
     of the nodes each; edge weights count the edges they bundle; node-type constraints
     only, training nodes are evened out afterwards) and every node follows its
-    cluster: far less memory and time on large graphs, a somewhat larger cut. Phases then include ``"coarsen"``. ``coarsen=None`` decides by memory
+    cluster: far less memory and time on large graphs, a somewhat larger cut. Phases
+    then include ``"coarsen"``. ``coarsen=None`` decides by memory
     (:func:`should_coarsen`) and warns when it coarsens. ``recursive`` picks METIS's
     algorithm (see :func:`assign`).
     """

@@ -146,7 +146,8 @@ def inverse_map(edge_map: np.ndarray, scratch: Scratch, name: str, block: int) -
     return inverse
 
 
-def bucket_type_edges(chunks: Iterable[Tuple[np.ndarray, np.ndarray]], src_map: np.ndarray, dst_map: np.ndarray, dst_parts: np.ndarray,
+def bucket_type_edges(chunks: Iterable[Tuple[np.ndarray, np.ndarray]], src_map: np.ndarray,
+                      dst_map: np.ndarray, dst_parts: np.ndarray,
                       buckets: EdgeBuckets) -> None:
     """Streams one edge type's ``(src, dst)`` chunks into ``buckets`` by destination owner.
 

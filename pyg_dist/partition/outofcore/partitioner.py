@@ -25,6 +25,7 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
@@ -38,7 +39,7 @@ from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_cs
 from pyg_dist.partition.identity import partition_uid
 from pyg_dist.partition.kernels import outside_nodes
 from pyg_dist.partition.meta import PartitionMeta, PartStats
-from pyg_dist.partition.outofcore.budget import MemoryBudget, format_size, parse_size
+from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
 from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
 from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_type_edges,
                                                 inverse_map, order_buckets)
@@ -47,7 +48,7 @@ from pyg_dist.partition.outofcore.rows import (gather_rows, owned_range, part_ar
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.partition.partitioner import NodeOrder, PartitionTimings, _Laps
-from pyg_dist.partition.progress import track
+from pyg_dist.partition.progress import step, track
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
@@ -55,6 +56,10 @@ Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(plain(array))
+
+
+def _rows_of(array: np.ndarray, start: int, stop: int) -> np.ndarray:
+    return array[start:stop]
 
 
 class OutOfCorePartitioner:
@@ -114,7 +119,8 @@ class OutOfCorePartitioner:
         start, laps = time.perf_counter(), _Laps()
         with io.atomic_dir(self.root, overwrite=self.overwrite) as tmp:
             scratch = Scratch(tmp / ".scratch")
-            parts, phases = self._assign(scratch)
+            with step("assigning nodes to partitions", enabled=self.progress):
+                parts, phases = self._assign(scratch)
             laps.lap("assign")
             nodes = {t: NodeOrder.from_parts(p, self.num_parts) for t, p in parts.items()}
             laps.lap("relabel")
@@ -122,8 +128,9 @@ class OutOfCorePartitioner:
                      for et in self._bar(self.source.edge_names, "ordering edges")}
             del parts
             laps.lap("order_edges")
-            node_rows = self._node_rows(nodes, scratch)
-            edge_rows = self._edge_rows(edges, scratch)
+            with step("copying node and edge data", enabled=self.progress):
+                node_rows = self._node_rows(nodes, scratch)
+                edge_rows = self._edge_rows(edges, scratch)
             laps.lap("copy_rows")
             meta = self._meta(nodes, edges)
             uid = partition_uid(meta.to_json(), {t: o.new_to_old for t, o in nodes.items()},
@@ -189,8 +196,8 @@ class OutOfCorePartitioner:
             order, out[t] = nodes[t], {}
             for name, spec in specs.items():
                 arrays = part_arrays(scratch, f"node-{name}", spec, order.offsets)
-                scatter_rows(lambda a, b: self.source.node_rows(t, name, a, b),
-                             lambda a, b: order.old_to_new[a:b], self.source.num_nodes[t],
+                scatter_rows(partial(self.source.node_rows, t, name),
+                             partial(_rows_of, order.old_to_new), self.source.num_nodes[t],
                              order.offsets, arrays, self.budget.block_rows(row_bytes(spec)))
                 out[t][name] = arrays
         return out
@@ -206,8 +213,8 @@ class OutOfCorePartitioner:
             inverse = inverse_map(edges[et].edge_map, scratch, key, self.budget.block_rows(16))
             for name, spec in specs.items():
                 arrays = part_arrays(scratch, f"edge-{name}", spec, edges[et].offsets)
-                scatter_rows(lambda a, b: self.source.edge_rows(et, name, a, b),
-                             lambda a, b: inverse[a:b], total, edges[et].offsets, arrays,
+                scatter_rows(partial(self.source.edge_rows, et, name), partial(_rows_of, inverse),
+                             total, edges[et].offsets, arrays,
                              self.budget.block_rows(row_bytes(spec)))
                 out[et][name] = arrays
         return out
