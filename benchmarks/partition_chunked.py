@@ -16,7 +16,9 @@ process inside its own cgroup v1 ``memory`` group (``/sys/fs/cgroup/memory``, ro
   comparison (``--skip-in-memory`` leaves it out).
 
 Reported per run: ``wall_s``, ``phases_s``, ``peak_rss_gb`` (the process's
-``ru_maxrss``, file-backed pages of memory maps included), ``cgroup_peak_gb``
+``ru_maxrss``, file-backed pages of memory maps included), ``peak_anon_gb`` (its own
+anonymous memory, sampled every 0.25 s from ``smaps_rollup`` by a Python thread: it
+misses peaks inside calls that hold the GIL, such as pymetis's), ``cgroup_peak_gb``
 (``memory.max_usage_in_bytes``: anonymous memory plus page cache charged to the
 group), ``cut_pct`` (cut edges / edges) and ``balance`` (largest partition / mean, by
 owned nodes and by edges). GB means GiB. Human-readable lines first, then one JSON line.
@@ -93,9 +95,32 @@ def generate(folder: Path, num_nodes: int, num_edges: int, feat_dim: int, num_cl
 
 
 # ---- one partitioning run in a child process ---------------------------------------------
+class AnonPeak:
+    """Samples this process's anonymous memory (``smaps_rollup``) every ``interval`` s."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import threading
+
+        from pyg_dist.store.memory import process_memory
+
+        self.peak_mb, self._stop = 0.0, threading.Event()
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                self.peak_mb = max(self.peak_mb, process_memory()["anon_mb"] or 0.0)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_mb
+
+
 def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> None:
     """Partitions and prints one JSON line (run in its own process and cgroup)."""
-    start = time.perf_counter()
+    start, anon = time.perf_counter(), AnonPeak()
     if mode == "ooc":
         from pyg_dist.partition.outofcore import OutOfCorePartitioner
 
@@ -117,6 +142,7 @@ def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> Non
         "wall_s": round(time.perf_counter() - start, 1),
         "phases_s": {k: round(v, 1) for k, v in part.timings.phases_s.items()},
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "peak_anon_gb": round(anon.stop() / 1024, 2),
         "cut_pct": round(100.0 * cut / max(sum(edges), 1), 2),
         "balance_nodes": round(max(owned) / (sum(owned) / len(owned)), 3),
         "balance_edges": round(max(edges) / (sum(edges) / len(edges)), 3)}))
