@@ -50,4 +50,5 @@ def streaming_csr(source: ChunkedSource, scratch: Scratch) -> Tuple[np.ndarray, 
     xadj = mirror_pointers(ptr, upper)
     adjncy = plain(scratch.array("adjncy", np.int64, (int(xadj[-1]),)))
     mirror_fill(ptr, upper, xadj, adjncy)
+    scratch.drop(upper)
     return xadj, adjncy

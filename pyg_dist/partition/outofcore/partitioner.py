@@ -172,6 +172,7 @@ class OutOfCorePartitioner:
         del trains
         parts = assign_csr(xadj, adjncy, weights, group, train, self.num_parts, self.seed,
                            coarsen, None, phases)
+        scratch.drop(adjncy)
         offsets = type_offsets(src.num_nodes)
         return {t: parts[offsets[t]:offsets[t] + n].copy() for t, n in src.num_nodes.items()}, \
             phases

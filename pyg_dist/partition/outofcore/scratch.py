@@ -30,6 +30,15 @@ class Scratch:
         path = self.folder / f"{self._count}-{name}.bin"
         return np.memmap(path, dtype=dtype, mode="w+", shape=tuple(shape))
 
+    @staticmethod
+    def drop(array: np.ndarray) -> None:
+        """Deletes the file behind ``array`` (a memory map or a view of one) to give its
+        disk space back once the last mapping goes; in-memory arrays are left alone."""
+        while array is not None and not isinstance(array, np.memmap):
+            array = getattr(array, "base", None)
+        if array is not None and array.filename is not None:
+            Path(array.filename).unlink(missing_ok=True)
+
     def path(self, name: str) -> Path:
         """A fresh file path in the folder."""
         self._count += 1
