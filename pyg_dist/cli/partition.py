@@ -220,8 +220,13 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
     print(f"partitioned {args.input} into {meta.num_parts} part(s) with {meta.method} out of "
           f"core (memory budget {format_size(budget)}) in {time.perf_counter() - start:.1f}s "
           f"-> {out} (uid {meta.uid})")
-    print("phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items())
-          + f"; peak RSS {format_size(peak_rss_bytes())}")
+    steps = ("assign", "relabel", "order_edges", "copy_rows", "uid", "write")
+    inner = ", ".join(f"{k} {v:.1f}s" for k, v in phases.items() if k not in steps)
+    print("phases: " + ", ".join(f"{k} {phases[k]:.1f}s" + (f" ({inner})" if k == "assign"
+                                                            and inner else "")
+                                 for k in steps if k in phases)
+          + f"; peak RSS {format_size(peak_rss_bytes())} (memory-mapped scratch pages "
+            f"included)")
     print(summary_table(meta))
     return 0
 
