@@ -9,7 +9,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from pyg_dist.partition.coarsen import cluster, contract, refine
+from pyg_dist.partition.coarsen import (cluster, cluster_edges, contract, deal_clusters,
+                                        refine)
 from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import HOMO_NODE, NodeType
@@ -192,7 +193,8 @@ def metis_assign(tables: GraphTables, num_parts: int, seed: int,
 
 def assign_csr(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, group: np.ndarray,
                train: np.ndarray, num_parts: int, seed: int, coarsen: bool,
-               recursive: Optional[bool], phases: Dict[str, float]) -> np.ndarray:
+               recursive: Optional[bool], phases: Dict[str, float],
+               coarse_budget: Optional[int] = None) -> np.ndarray:
     """METIS (on the graph, or with ``coarsen`` on its label-propagation clusters) and
     the balance post-passes, on a symmetric CSR of all node types together.
 
@@ -203,24 +205,21 @@ def assign_csr(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, group:
         group: node type index of every node.
         train: whether every node is a training node.
         phases: where to add seconds of ``"coarsen"``, ``"metis"`` and ``"balance"``.
+        coarse_budget (int, optional): with ``coarsen``, the most bytes METIS may use on
+            the cluster graph; when its estimate is larger (a graph with little
+            community structure keeps most edges between clusters), the clusters are
+            dealt to partitions by size instead (:func:`deal_clusters`, with a warning)
+            and the refinement alone reduces the cut.
 
     Returns:
         The partition of every node (int64).
     """
     start = time.perf_counter()
-    total = xadj.shape[0] - 1
     if coarsen:
-        labels, k = cluster(xadj, adjncy, -(-total // (CLUSTERS_PER_PART * num_parts)), seed)
-        # node-type constraints only: METIS balances a train constraint on clusters of a
-        # few nodes poorly and at a large cost in cut (1.2-1.35x on community graphs);
-        # balance_train below evens out the training nodes instead
-        types = int(group.max(initial=0)) + 1
-        coarse = contract(xadj, adjncy, labels, k, weights[:, :types])
+        parts = _coarse_parts(xadj, adjncy, weights, group, num_parts, seed, recursive,
+                              phases, coarse_budget)
         del weights
-        phases["coarsen"], start = time.perf_counter() - start, time.perf_counter()
-        parts = _part_graph(num_parts, seed, *coarse, recursive=recursive)[labels]
-        del coarse, labels
-        phases["metis"], start = time.perf_counter() - start, time.perf_counter()
+        start = time.perf_counter()
         refine(parts, xadj, adjncy, group, train, num_parts)
     else:
         parts = _part_graph(num_parts, seed, xadj, adjncy, None, weights, recursive)
@@ -230,6 +229,36 @@ def assign_csr(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, group:
                   adjncy, num_parts)
     balance_train(parts, train, xadj, adjncy, num_parts)
     phases["balance"] = time.perf_counter() - start
+    return parts
+
+
+def _coarse_parts(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray,
+                  group: np.ndarray, num_parts: int, seed: int, recursive: Optional[bool],
+                  phases: Dict[str, float], coarse_budget: Optional[int]) -> np.ndarray:
+    """Clusters, then METIS on the cluster graph (or clusters dealt by size when METIS
+    would exceed ``coarse_budget``), projected back to the nodes."""
+    start = time.perf_counter()
+    total = xadj.shape[0] - 1
+    labels, k = cluster(xadj, adjncy, -(-total // (CLUSTERS_PER_PART * num_parts)), seed)
+    need = cluster_edges(xadj, adjncy, labels, k) * 8 * METIS_BYTES_PER_ADJACENCY_BYTE \
+        if coarse_budget is not None else 0
+    if need > (coarse_budget or 0):
+        warnings.warn(f"the graph has little community structure: METIS on its {k} "
+                      f"clusters would need about {need / 2**20:.1f} MiB, more than the "
+                      f"{coarse_budget / 2**20:.1f} MiB allowed; dealing clusters to "
+                      f"partitions by size and refining instead (a larger cut)",
+                      stacklevel=3)
+        parts = deal_clusters(labels, k, num_parts)[labels]
+        phases["coarsen"] = time.perf_counter() - start
+        return parts
+    # node-type constraints only: METIS balances a train constraint on clusters of a
+    # few nodes poorly and at a large cost in cut (1.2-1.35x on community graphs);
+    # balance_train evens out the training nodes instead
+    types = int(group.max(initial=0)) + 1
+    coarse = contract(xadj, adjncy, labels, k, weights[:, :types])
+    phases["coarsen"], start = time.perf_counter() - start, time.perf_counter()
+    parts = _part_graph(num_parts, seed, *coarse, recursive=recursive)[labels]
+    phases["metis"] = time.perf_counter() - start
     return parts
 
 

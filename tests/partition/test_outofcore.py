@@ -97,21 +97,22 @@ def test_buffers_flush_every_chunk(tmp_path: Path) -> None:
     assert_same_output(tmp_path / "ooc", tmp_path / "mem", 2)
 
 
-@pytest.mark.parametrize("name", ["cora", "community"])
-def test_cut_close_to_in_memory_metis(tmp_path: Path, cora, name: str) -> None:
-    """A budget too small for plain METIS: the coarsened out-of-core cut stays within
-    1.3x of the in-memory METIS cut, and the partitions are valid and balanced."""
+@pytest.mark.parametrize("name,budget,coarsen", [("cora", "512KB", None),
+                                                  ("community", "8MB", True)])
+def test_cut_close_to_in_memory_metis(tmp_path: Path, cora, name: str, budget: str,
+                                      coarsen) -> None:
+    """Coarsened (Cora: because plain METIS would not fit the budget), the out-of-core
+    cut stays within 1.3x of the in-memory METIS cut; partitions are valid and balanced."""
     data = cora if name == "cora" else community_graph(2000, 10.0, 4, 4, seed=0)
-    budget = "512KB" if name == "cora" else "1MB"
     write_chunked(data, tmp_path / "chunks", chunk_size=500)
     tables = GraphTables.from_data(data)
     for num_parts in (2, 3):
         want = Partitioner(data, num_parts, tmp_path / f"mem{num_parts}",
                            progress=False).generate()
         ooc = OutOfCorePartitioner(tmp_path / "chunks", num_parts, tmp_path / f"ooc{num_parts}",
-                                   budget, progress=False)
+                                   budget, coarsen=coarsen, progress=False)
         got = ooc.generate()
-        assert "coarsen" in ooc.timings.phases_s  # plain METIS would not fit the budget
+        assert "coarsen" in ooc.timings.phases_s and "metis" in ooc.timings.phases_s
         assert check_roundtrip(tables, tmp_path / f"ooc{num_parts}", num_parts) == _cut(got)
         assert _cut(got) <= 1.3 * _cut(want), (_cut(got), _cut(want))
         owned = [sum(p.owned_nodes.values()) for p in got.parts]
@@ -157,3 +158,28 @@ def test_memory_budget_needs_input(tmp_path: Path, capsys) -> None:
                            "--out", str(tmp_path / "o"), "--memory-budget", "1GB",
                            "--quiet"]) == 2
     assert "--memory-budget applies to --input" in capsys.readouterr().err
+
+
+def test_graph_without_communities_stays_within_budget(tmp_path: Path) -> None:
+    """A random graph keeps most edges between clusters: METIS on the cluster graph would
+    exceed the budget, so clusters are dealt by size and refined (valid, balanced, and
+    no worse a cut than the random method)."""
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(0)
+    data = Data(edge_index=torch.randint(0, 3000, (2, 30000), generator=gen),
+                x=torch.randn(3000, 2, generator=gen), num_nodes=3000)
+    data.train_mask = torch.rand(3000, generator=gen) < 0.2
+    write_chunked(data, tmp_path / "chunks", chunk_size=4000)
+    tables = GraphTables.from_data(read_chunked(tmp_path / "chunks"))
+    with pytest.warns(UserWarning, match="little community structure"):
+        meta = OutOfCorePartitioner(tmp_path / "chunks", 2, tmp_path / "ooc", "1MB",
+                                    progress=False).generate()
+    assert check_roundtrip(tables, tmp_path / "ooc", 2) == _cut(meta)
+    owned = [sum(p.owned_nodes.values()) for p in meta.parts]
+    assert max(owned) <= 1.03 * 1500 + 1, owned
+    train = [p.train_nodes for p in meta.parts]
+    assert max(train) <= 1.05 * int(data.train_mask.sum()) / 2 + 1, train
+    rand = OutOfCorePartitioner(tmp_path / "chunks", 2, tmp_path / "rand", "1MB",
+                                method="random", progress=False).generate()
+    assert _cut(meta) < _cut(rand), (_cut(meta), _cut(rand))

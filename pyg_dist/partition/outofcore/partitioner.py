@@ -171,7 +171,7 @@ class OutOfCorePartitioner:
         train = np.concatenate(list(trains.values()))
         del trains
         parts = assign_csr(xadj, adjncy, weights, group, train, self.num_parts, self.seed,
-                           coarsen, None, phases)
+                           coarsen, None, phases, coarse_budget=self.budget.total)
         scratch.drop(adjncy)
         offsets = type_offsets(src.num_nodes)
         return {t: parts[offsets[t]:offsets[t] + n].copy() for t, n in src.num_nodes.items()}, \
