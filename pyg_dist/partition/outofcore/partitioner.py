@@ -100,7 +100,10 @@ class OutOfCorePartitioner:
             raise ValueError(f"num_parts must be an integer in [1, {self.source.total_nodes}] "
                              f"(the number of nodes), got {num_parts!r}")
         total = parse_size(memory_budget) if isinstance(memory_budget, str) else memory_budget
-        self.budget = MemoryBudget(int(total))
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise ValueError(f"memory_budget must be a positive number of bytes or a size "
+                             f"such as '4GB', got {memory_budget!r}")
+        self.budget = MemoryBudget(total)
         self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
         self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
         self.progress, self.coarsen = progress, coarsen
