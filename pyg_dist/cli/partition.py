@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--dataset", help=CHOICES)
     source.add_argument("--input", metavar="DIR",
                         help="a chunked graph folder (DGL's chunked graph format: "
-                             "metadata.json + chunks, as pyg-dist-chunk writes it); for now "
-                             "assembled in memory before partitioning")
+                             "metadata.json + chunks, as pyg-dist-chunk writes it); assembled "
+                             "in memory unless --memory-budget is given")
     p.add_argument("--root", default=None,
                    help="the dataset folder, as the dataset's own loader takes it (Planetoid: "
                         "holding <Name>/raw/ind.*; PyG classes: holding raw/; OGB: holding "
@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "memory on large graphs, a similar cut (default: only when plain "
                         "METIS would not fit in the available memory)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-budget", metavar="SIZE", default=None,
+                   help="with --input: partition out of core, streaming edges and feature "
+                        "rows from the chunks and holding at most SIZE (e.g. 4GB, 512MB) "
+                        "beyond a few bytes per node; same output as the in-memory path")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--pyg-extras", action="store_true",
@@ -164,6 +168,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
+    if args.memory_budget is not None:
+        return run_out_of_core(args, out)
     layout = prepare_extras(args)
     start = time.perf_counter()
     with step(f"loading {source_name(args)}", enabled=not args.quiet):
@@ -186,6 +192,42 @@ def run(argv: Optional[List[str]] = None) -> int:
             written = write_pyg_extras(out, layout, extras_type)
         print(f"wrote {written.label_file} and partition<i>.pt files for split(s) "
               f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
+    return 0
+
+
+def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
+    """``--input DIR --memory-budget SIZE``: :class:`OutOfCorePartitioner`, then a summary
+    with per-phase seconds and the peak resident memory."""
+    from pyg_dist.partition.outofcore import OutOfCorePartitioner, parse_size
+    from pyg_dist.partition.outofcore.budget import format_size, peak_rss_bytes
+
+    if args.input is None:
+        raise UsageError("--memory-budget applies to --input DIR (a chunked graph folder)")
+    if args.pyg_extras:
+        raise UsageError("--pyg-extras is not built for --memory-budget yet (it needs the "
+                         "graph in memory): run without --memory-budget")
+    start = time.perf_counter()
+    try:
+        budget = parse_size(args.memory_budget)
+        partitioner = OutOfCorePartitioner(args.input, args.num_parts, out, budget,
+                                           method=args.method, seed=args.seed,
+                                           overwrite=args.overwrite, progress=not args.quiet,
+                                           coarsen=args.coarsen)
+        meta = partitioner.generate()
+    except (ValueError, MissingDependencyError) as exc:  # chunk, budget and option errors
+        raise UsageError(str(exc)) from exc
+    phases = partitioner.timings.phases_s if partitioner.timings else {}
+    print(f"partitioned {args.input} into {meta.num_parts} part(s) with {meta.method} out of "
+          f"core (memory budget {format_size(budget)}) in {time.perf_counter() - start:.1f}s "
+          f"-> {out} (uid {meta.uid})")
+    steps = ("assign", "relabel", "order_edges", "copy_rows", "uid", "write")
+    inner = ", ".join(f"{k} {v:.1f}s" for k, v in phases.items() if k not in steps)
+    print("phases: " + ", ".join(f"{k} {phases[k]:.1f}s" + (f" ({inner})" if k == "assign"
+                                                            and inner else "")
+                                 for k in steps if k in phases)
+          + f"; peak RSS {format_size(peak_rss_bytes())} (memory-mapped scratch pages "
+            f"included)")
+    print(summary_table(meta))
     return 0
 
 

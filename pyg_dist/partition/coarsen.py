@@ -71,9 +71,9 @@ def _propagate(xadj, adj, max_size, rounds, seed):
 
 
 @numba.njit(**_JIT)
-def _contract(xadj, adj, labels, k):
-    """CSR of the cluster graph (sorted rows, no self loops) and its edge weights
-    (number of original adjacency entries each cluster edge bundles)."""
+def _contract_rows(xadj, adj, labels, k):
+    """Members of every cluster (grouped) and the cluster graph's row pointers
+    (distinct neighbouring clusters, no self loops): node- and cluster-sized only."""
     n = xadj.shape[0] - 1
     start = np.zeros(k + 1, dtype=np.int64)  # members of every cluster, grouped
     for u in range(n):
@@ -97,9 +97,17 @@ def _contract(xadj, adj, labels, k):
                     cxadj[c + 1] += 1
     for c in range(k):
         cxadj[c + 1] += cxadj[c]
+    return start, members, cxadj
+
+
+@numba.njit(**_JIT)
+def _contract(xadj, adj, labels, k):
+    """CSR of the cluster graph (sorted rows, no self loops) and its edge weights
+    (number of original adjacency entries each cluster edge bundles)."""
+    start, members, cxadj = _contract_rows(xadj, adj, labels, k)
     cadj = np.empty(cxadj[k], dtype=np.int64)
     cw = np.zeros(cxadj[k], dtype=np.int64)
-    mark[:] = -1
+    mark = np.full(k, -1, dtype=np.int64)
     pos = np.empty(k, dtype=np.int64)
     for c in range(k):  # pass 2: neighbours and weights
         at = cxadj[c]
@@ -197,3 +205,29 @@ def refine(parts: np.ndarray, xadj: np.ndarray, adj: np.ndarray, group: np.ndarr
     train_limit = int(np.ceil(int(train.sum()) / num_parts * (1 + train_tolerance)))
     _refine(parts, xadj, adj, group.astype(np.int64), train.astype(np.bool_), int(num_parts),
             np.maximum(group_limit, 1), max(train_limit, 1), int(rounds))
+
+
+def cluster_edges(xadj: np.ndarray, adj: np.ndarray, labels: np.ndarray, k: int) -> int:
+    """Adjacency entries of the cluster graph :func:`contract` would build, counted
+    without building it (node- and cluster-sized memory only)."""
+    return int(_contract_rows(xadj, adj, labels, int(k))[2][-1])
+
+
+@numba.njit(**_JIT)
+def _deal(sizes, order, num_parts):
+    load = np.zeros(num_parts, dtype=np.int64)
+    out = np.empty(sizes.shape[0], dtype=np.int64)
+    for i in range(order.shape[0]):
+        c = order[i]
+        p = np.argmin(load)
+        out[c] = p
+        load[p] += sizes[c]
+    return out
+
+
+def deal_clusters(labels: np.ndarray, k: int, num_parts: int) -> np.ndarray:
+    """The partition of every cluster, dealing the largest first to the least loaded
+    partition (balanced by nodes; no cut objective: for graphs whose cluster graph is
+    too large for METIS, i.e. with little community structure to find)."""
+    sizes = np.bincount(labels, minlength=int(k)).astype(np.int64)
+    return _deal(sizes, np.argsort(-sizes, kind="stable"), int(num_parts))

@@ -48,7 +48,7 @@ def gather_sources(src: np.ndarray, src_map: np.ndarray, order: np.ndarray) -> n
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
+def count_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
                  counts: np.ndarray) -> None:
     """``counts[min(u, v) + 1] += 1`` for every edge ``(u, v)`` with ``u != v``."""
     for e in range(src.shape[0]):
@@ -58,7 +58,7 @@ def _count_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
 
 
 @numba.njit(cache=True, nogil=True)
-def _fill_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
+def fill_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
                 cursor: np.ndarray, buf: np.ndarray) -> None:
     """Appends ``max(u, v)`` to the row of ``min(u, v)`` for every non-loop edge."""
     for e in range(src.shape[0]):
@@ -70,7 +70,7 @@ def _fill_lower(src: np.ndarray, dst: np.ndarray, src_off: int, dst_off: int,
 
 
 @numba.njit(cache=True, nogil=True)
-def _dedup_rows(ptr: np.ndarray, buf: np.ndarray) -> np.ndarray:
+def dedup_rows(ptr: np.ndarray, buf: np.ndarray) -> np.ndarray:
     """Sorts and deduplicates each row of ``(ptr, buf)`` in place; returns the new pointers."""
     num_rows = ptr.shape[0] - 1
     out_ptr = np.zeros(num_rows + 1, dtype=np.int64)
@@ -88,12 +88,8 @@ def _dedup_rows(ptr: np.ndarray, buf: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _mirror_rows(ptr: np.ndarray, buf: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Full sorted adjacency from the upper triangle (row ``a`` holds neighbours ``> a``).
-
-    Rows are visited in increasing order, so when row ``a`` is reached every smaller
-    neighbour of ``a`` is already in place and its own (larger, sorted) row follows.
-    """
+def mirror_pointers(ptr: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Row pointers of the full adjacency of an upper triangle (see :func:`mirror_fill`)."""
     num_rows = ptr.shape[0] - 1
     xadj = np.zeros(num_rows + 1, dtype=np.int64)
     for a in range(num_rows):
@@ -102,7 +98,18 @@ def _mirror_rows(ptr: np.ndarray, buf: np.ndarray) -> Tuple[np.ndarray, np.ndarr
             xadj[buf[j] + 1] += 1
     for i in range(num_rows):
         xadj[i + 1] += xadj[i]
-    adj = np.empty(xadj[num_rows], dtype=np.int64)
+    return xadj
+
+
+@numba.njit(cache=True, nogil=True)
+def mirror_fill(ptr: np.ndarray, buf: np.ndarray, xadj: np.ndarray, adj: np.ndarray) -> None:
+    """Full sorted adjacency from the upper triangle (row ``a`` holds neighbours ``> a``),
+    written into ``adj`` (``xadj[-1]`` entries; any writable array, e.g. a memory map).
+
+    Rows are visited in increasing order, so when row ``a`` is reached every smaller
+    neighbour of ``a`` is already in place and its own (larger, sorted) row follows.
+    """
+    num_rows = ptr.shape[0] - 1
     cursor = xadj[:-1].copy()
     for a in range(num_rows):
         for j in range(ptr[a], ptr[a + 1]):
@@ -112,6 +119,13 @@ def _mirror_rows(ptr: np.ndarray, buf: np.ndarray) -> Tuple[np.ndarray, np.ndarr
             b = buf[j]
             adj[cursor[b]] = a
             cursor[b] += 1
+
+
+def _mirror_rows(ptr: np.ndarray, buf: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``(xadj, adj)`` of the full adjacency, in memory (see :func:`mirror_fill`)."""
+    xadj = mirror_pointers(ptr, buf)
+    adj = np.empty(int(xadj[-1]), dtype=np.int64)
+    mirror_fill(ptr, buf, xadj, adj)
     return xadj, adj
 
 
@@ -142,15 +156,15 @@ def symmetric_csr(blocks: Sequence[EdgeBlock], num_nodes: int
     """
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
     for b in blocks:
-        _count_lower(b.src, b.dst, b.src_offset, b.dst_offset, counts)
+        count_lower(b.src, b.dst, b.src_offset, b.dst_offset, counts)
     ptr = np.cumsum(counts, out=counts)
     small = num_nodes <= np.iinfo(np.int32).max
     upper = np.empty(int(ptr[-1]), dtype=np.int32 if small else np.int64)
     cursor = ptr[:-1].copy()
     for b in blocks:
-        _fill_lower(b.src, b.dst, b.src_offset, b.dst_offset, cursor, upper)
+        fill_lower(b.src, b.dst, b.src_offset, b.dst_offset, cursor, upper)
     del cursor
-    return _mirror_rows(_dedup_rows(ptr, upper), upper)
+    return _mirror_rows(dedup_rows(ptr, upper), upper)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -1,0 +1,84 @@
+"""Memory budgets of the out-of-core partitioner: parsing, splitting, checking, measuring.
+
+The budget bounds what the partitioner holds beyond its node-sized arrays (a few
+int64 per node): edge chunk buffers, the edges of one partition while they are put in
+CSC order, and blocks of feature rows. Memory-mapped scratch files are paged by the
+operating system and are not counted (their pages can always be dropped).
+"""
+from __future__ import annotations
+
+import re
+import resource
+from dataclasses import dataclass
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20,
+          "MIB": 2**20, "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40,
+          "TIB": 2**40}
+#: bytes per edge while one partition's edges are put in CSC order: the bucket
+#: (source, destination, edge id), the sort permutation and the two output arrays
+BYTES_PER_ORDERED_EDGE = 56
+
+
+class MemoryBudgetError(ValueError):
+    """The memory budget is too small for a step; the message names the size needed."""
+
+
+def parse_size(text: str) -> int:
+    """``"4GB"``, ``"512MiB"``, ``"300k"``, ``"1e9"`` -> bytes (binary units: 1 KB = 1024 B).
+
+    Raises:
+        ValueError: naming the text when it is not a positive size.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"memory budget {text!r} is not a size such as 4GB, 512MB or 300KB")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"memory budget {text!r} must be positive")
+    return value
+
+
+def format_size(num_bytes: float) -> str:
+    """Bytes as ``"1.5GB"`` (binary units, as :func:`parse_size` reads them)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(num_bytes) < 1024:
+            return f"{num_bytes:.0f}{unit}" if unit == "B" else f"{num_bytes:.1f}{unit}"
+        num_bytes /= 1024
+    return f"{num_bytes:.1f}TB"
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux ``ru_maxrss``, in bytes)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """How the budget is shared between the steps that stream.
+
+    Args:
+        total (int): the budget in bytes.
+    """
+    total: int
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Edge records buffered in memory (all partitions together) before a flush: a
+        sixteenth of the budget (the chunk being split comes on top)."""
+        return max(self.total // 16, 1)
+
+    def block_rows(self, row_bytes: int) -> int:
+        """Feature rows copied per block: a quarter of the budget (at least one row)."""
+        return max(self.total // (4 * max(row_bytes, 1)), 1)
+
+    def check_ordered_edges(self, num_edges: int, what: str) -> None:
+        """Raises :class:`MemoryBudgetError` when ``num_edges`` edges cannot be put in
+        CSC order within the budget (the message names the budget needed)."""
+        need = num_edges * BYTES_PER_ORDERED_EDGE
+        if need > self.total:
+            raise MemoryBudgetError(
+                f"--memory-budget {format_size(self.total)} is too small: {what} has "
+                f"{num_edges} edges, which need about {format_size(need)} to put in CSC "
+                f"order; pass --memory-budget {format_size(need * 1.1)} or more (or more "
+                f"--num-parts)")

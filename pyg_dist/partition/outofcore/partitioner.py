@@ -1,0 +1,296 @@
+"""Out-of-core partitioning of a chunked graph on one machine, within a memory budget.
+
+:class:`OutOfCorePartitioner` writes exactly what :class:`~pyg_dist.partition.Partitioner`
+writes (format v1: the same files, ids, CSC order, halos, balance rules, statistics and
+``uid``) while holding only node-sized arrays (a few int64 per node) plus what the
+memory budget allows:
+
+1. assign: the symmetric CSR is built from the edge chunks into memory-mapped scratch
+   files (:mod:`.csr`); METIS runs on it when its working memory fits the budget,
+   otherwise on its label-propagation clustering (the ``coarsen`` path), followed by
+   the usual balance passes (node types, train nodes);
+2. relabel: new ids contiguous per partition;
+3. order edges: records bucketed by destination owner on disk through bounded buffers,
+   then each partition's CSC built from its bucket in turn (:mod:`.edges`);
+4. copy rows: node and edge data copied block by block into per-partition memory-mapped
+   arrays (:mod:`.rows`);
+5. uid and write: every file saved through :func:`~pyg_dist.partition.io.atomic_dir`
+   (``torch.save`` streams a memory-mapped tensor without copying it).
+
+With the same assignment the output is identical to the in-memory path's, byte for
+byte in every tensor (the random method, or METIS with the same ``coarsen`` choice).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from pyg_dist.chunked import ChunkedGraph
+from pyg_dist.partition import io
+from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_csr, random_parts,
+                                       vertex_weights)
+from pyg_dist.partition.identity import partition_uid
+from pyg_dist.partition.kernels import outside_nodes
+from pyg_dist.partition.meta import PartitionMeta, PartStats
+from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
+from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
+from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_type_edges,
+                                                inverse_map, order_buckets)
+from pyg_dist.partition.outofcore.rows import (gather_rows, owned_range, part_arrays, row_bytes,
+                                               scatter_rows)
+from pyg_dist.partition.outofcore.scratch import Scratch, plain
+from pyg_dist.partition.outofcore.source import ChunkedSource
+from pyg_dist.partition.partitioner import NodeOrder, PartitionTimings, _Laps
+from pyg_dist.partition.progress import step, track
+from pyg_dist.typing import EdgeType, NodeType, edge_key
+
+Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(plain(array))
+
+
+def _rows_of(array: np.ndarray, start: int, stop: int) -> np.ndarray:
+    return array[start:stop]
+
+
+class OutOfCorePartitioner:
+    """Partitions a chunked graph folder into ``num_parts`` folders under ``root``.
+
+    Args:
+        input (str, Path or ChunkedGraph): the chunked graph (DGL's chunked format).
+        num_parts (int): number of partitions.
+        root (str or Path): output folder; must be absent or empty unless ``overwrite``.
+        memory_budget (int or str): bytes (or ``"4GB"``) the streaming steps may hold
+            beyond the node-sized arrays.
+        method (str): ``"metis"`` (default) or ``"random"``.
+        seed (int): seed for METIS, the coarsening and the random assignment.
+        overwrite (bool): replace an existing non-empty ``root``.
+        halo_attrs (Iterable[str]): node attributes also stored for halo nodes.
+        progress (bool): report progress on ``stderr``.
+        coarsen (bool, optional): METIS on a label-propagation clustering; ``None``
+            (default): only when plain METIS (about 8 times the adjacency) would not fit
+            the budget.
+
+    Raises:
+        ValueError: a bad option, or :class:`~.budget.MemoryBudgetError` when the budget
+            cannot hold one partition's edges (naming the size needed).
+    """
+
+    def __init__(self, input: Union[str, Path, ChunkedGraph], num_parts: int,
+                 root: Union[str, Path], memory_budget: Union[int, str], method: str = "metis",
+                 seed: int = 0, overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
+                 progress: bool = True, coarsen: Optional[bool] = None) -> None:
+        if method not in ("metis", "random"):
+            raise ValueError(f"unknown partition method '{method}' (the out-of-core path "
+                             f"takes 'metis' or 'random')")
+        if coarsen and method != "metis":
+            raise ValueError(f"coarsen=True applies to method='metis', not '{method}'")
+        graph = input if isinstance(input, ChunkedGraph) else ChunkedGraph.open(input)
+        self.source = ChunkedSource.open(graph)
+        if not isinstance(num_parts, int) or not 1 <= num_parts <= self.source.total_nodes:
+            raise ValueError(f"num_parts must be an integer in [1, {self.source.total_nodes}] "
+                             f"(the number of nodes), got {num_parts!r}")
+        total = parse_size(memory_budget) if isinstance(memory_budget, str) else memory_budget
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise ValueError(f"memory_budget must be a positive number of bytes or a size "
+                             f"such as '4GB', got {memory_budget!r}")
+        self.budget = MemoryBudget(total)
+        self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
+        self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
+        self.progress, self.coarsen = progress, coarsen
+        for et, name in self.source.edge_names.items():  # fail before any work: the
+            self.budget.check_ordered_edges(  # fairest split must fit
+                -(-self.source.num_edges(et) // num_parts), f"an even share of edge type {name}")
+        self.timings: Optional[PartitionTimings] = None
+        self.bucket_flushes = 0
+
+    @property
+    def method_name(self) -> str:
+        return self.method
+
+    def generate(self) -> PartitionMeta:
+        """Writes the partitions and returns their :class:`PartitionMeta`."""
+        start, laps = time.perf_counter(), _Laps()
+        with io.atomic_dir(self.root, overwrite=self.overwrite) as tmp:
+            scratch = Scratch(tmp / ".scratch")
+            with step("assigning nodes to partitions", enabled=self.progress):
+                parts, phases = self._assign(scratch)
+            laps.lap("assign")
+            nodes = {t: NodeOrder.from_parts(p, self.num_parts) for t, p in parts.items()}
+            laps.lap("relabel")
+            edges = {et: self._order_edges(et, nodes, parts[et[2]], scratch)
+                     for et in self._bar(self.source.edge_names, "ordering edges")}
+            del parts
+            laps.lap("order_edges")
+            with step("copying node and edge data", enabled=self.progress):
+                node_rows = self._node_rows(nodes, scratch)
+                edge_rows = self._edge_rows(edges, scratch)
+            laps.lap("copy_rows")
+            meta = self._meta(nodes, edges)
+            uid = partition_uid(meta.to_json(), {t: o.new_to_old for t, o in nodes.items()},
+                                {t: plain(o.edge_map) for t, o in edges.items()})
+            laps.lap("uid")
+            stats = [self._write_part(tmp, p, nodes, edges, node_rows, edge_rows, uid)
+                     for p in self._bar(range(self.num_parts), "writing partitions")]
+            meta = replace(meta, parts=tuple(stats), uid=uid)
+            self._write_maps(tmp, nodes, edges, meta)
+            del node_rows, edge_rows, edges
+            shutil.rmtree(scratch.folder)
+        laps.lap("write")
+        self.timings = PartitionTimings(time.perf_counter() - start, phases.get("metis", 0.0),
+                                        {**phases, **laps.phases_s})
+        return meta
+
+    # ---- steps ---------------------------------------------------------------------------
+    def _bar(self, items: Iterable, desc: str) -> Iterable:
+        return track(items, desc, enabled=self.progress)
+
+    def _assign(self, scratch: Scratch) -> Tuple[Dict[NodeType, np.ndarray], Dict[str, float]]:
+        """The partition of every node per type, and the seconds of its steps."""
+        src = self.source
+        block = self.budget.block_rows(1)
+        trains = {t: src.train_mask(t, block) for t in src.num_nodes}
+        if self.num_parts == 1:
+            return {t: np.zeros(n, dtype=np.int64) for t, n in src.num_nodes.items()}, {}
+        if self.method == "random":
+            return random_parts(src.num_nodes, trains, self.num_parts, self.seed), {}
+        start = time.perf_counter()
+        xadj, adjncy = streaming_csr(src, scratch)
+        weights = vertex_weights(src.num_nodes, trains)
+        phases = {"adjacency": time.perf_counter() - start}
+        coarsen = self.coarsen
+        if coarsen is None:
+            coarsen = adjncy.nbytes * METIS_BYTES_PER_ADJACENCY_BYTE > self.budget.total
+        group = np.repeat(np.arange(len(src.num_nodes)), list(src.num_nodes.values()))
+        train = np.concatenate(list(trains.values()))
+        del trains
+        parts = assign_csr(xadj, adjncy, weights, group, train, self.num_parts, self.seed,
+                           coarsen, None, phases, coarse_budget=self.budget.total)
+        scratch.drop(adjncy)
+        offsets = type_offsets(src.num_nodes)
+        return {t: parts[offsets[t]:offsets[t] + n].copy() for t, n in src.num_nodes.items()}, \
+            phases
+
+    def _order_edges(self, edge_type: EdgeType, nodes: Dict[NodeType, NodeOrder],
+                     dst_parts: np.ndarray, scratch: Scratch) -> OrderedEdges:
+        """Buckets one edge type by destination owner, then orders each bucket."""
+        buckets = EdgeBuckets(scratch, self.num_parts, self.budget.buffer_bytes)
+        bucket_type_edges(self.source.edge_chunks(edge_type), nodes[edge_type[0]].old_to_new,
+                          nodes[edge_type[2]].old_to_new, dst_parts, buckets)
+        self.bucket_flushes += buckets.flushes
+        for p, count in enumerate(buckets.counts):
+            self.budget.check_ordered_edges(int(count), f"partition {p} (edge type "
+                                                        f"{self.source.edge_names[edge_type]})")
+        return order_buckets(buckets, nodes[edge_type[2]].offsets,
+                             self.source.num_edges(edge_type), scratch, edge_key(edge_type))
+
+    def _node_rows(self, nodes: Dict[NodeType, NodeOrder], scratch: Scratch
+                   ) -> Dict[NodeType, Rows]:
+        out: Dict[NodeType, Rows] = {}
+        for t, specs in self.source.node_specs.items():
+            order, out[t] = nodes[t], {}
+            for name, spec in specs.items():
+                arrays = part_arrays(scratch, f"node-{name}", spec, order.offsets)
+                scatter_rows(partial(self.source.node_rows, t, name),
+                             partial(_rows_of, order.old_to_new), self.source.num_nodes[t],
+                             order.offsets, arrays, self.budget.block_rows(row_bytes(spec)))
+                out[t][name] = arrays
+        return out
+
+    def _edge_rows(self, edges: Dict[EdgeType, OrderedEdges], scratch: Scratch
+                   ) -> Dict[EdgeType, Rows]:
+        out: Dict[EdgeType, Rows] = {}
+        for et, specs in self.source.edge_specs.items():
+            out[et] = {}
+            if not specs:
+                continue
+            key, total = edge_key(et), self.source.num_edges(et)
+            inverse = inverse_map(edges[et].edge_map, scratch, key, self.budget.block_rows(16))
+            for name, spec in specs.items():
+                arrays = part_arrays(scratch, f"edge-{name}", spec, edges[et].offsets)
+                scatter_rows(partial(self.source.edge_rows, et, name), partial(_rows_of, inverse),
+                             total, edges[et].offsets, arrays,
+                             self.budget.block_rows(row_bytes(spec)))
+                out[et][name] = arrays
+        return out
+
+    def _meta(self, nodes: Dict[NodeType, NodeOrder],
+              edges: Dict[EdgeType, OrderedEdges]) -> PartitionMeta:
+        """The META of this partitioning, without per-partition statistics and uid."""
+        src = self.source
+        splits = sorted({n[:-len("_mask")] for t in src.num_nodes for n in src.mask_names(t)})
+        return PartitionMeta(
+            num_parts=self.num_parts, is_hetero=src.is_hetero,
+            node_types=tuple(src.num_nodes), edge_types=tuple(src.edge_names),
+            num_nodes=dict(src.num_nodes),
+            num_edges={et: src.num_edges(et) for et in src.edge_names},
+            node_offsets={t: o.offsets for t, o in nodes.items()},
+            edge_offsets={et: o.offsets for et, o in edges.items()},
+            node_attrs={t: dict(s) for t, s in src.node_specs.items()},
+            edge_attrs={et: dict(s) for et, s in src.edge_specs.items()},
+            splits=tuple(splits), method=self.method_name, seed=self.seed)
+
+    def _write_part(self, tmp: Path, part: int, nodes: Dict[NodeType, NodeOrder],
+                    edges: Dict[EdgeType, OrderedEdges], node_rows: Dict[NodeType, Rows],
+                    edge_rows: Dict[EdgeType, Rows], uid: str) -> PartStats:
+        csc, halo, n_edges, n_cut = self._part_edges(part, nodes, edges)
+        edge_feats = {edge_key(et): {k: _tensor(v[part]) for k, v in rows.items()}
+                      for et, rows in edge_rows.items()}
+        node_feats = {t: {k: _tensor(v[part]) for k, v in rows.items()}
+                      for t, rows in node_rows.items()}
+        splits, halo_attrs = {}, {}
+        for t, order in nodes.items():
+            lo, _ = owned_range(order.offsets, part)
+            splits[t] = {n[:-len("_mask")]: torch.from_numpy(
+                np.flatnonzero(node_rows[t][n][part]).astype(np.int64) + lo)
+                for n in self.source.mask_names(t)}
+            if t in halo:
+                ids = halo[t].numpy()
+                halo_attrs[t] = {k: torch.from_numpy(gather_rows(
+                    v, order.offsets, ids, self.source.node_specs[t][k]))
+                    for k, v in node_rows[t].items() if k in self.halo_attrs}
+        folder = io.part_dir(tmp, part)
+        folder.mkdir()
+        io.save_pt({"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
+                   folder / io.GRAPH_FILE)
+        io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
+        io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
+        io.save_pt(splits, folder / io.SPLITS_FILE)
+        return PartStats(
+            owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
+            halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},
+            edges=n_edges, cut_edges=n_cut,
+            train_nodes=sum(int(s["train"].numel()) for s in splits.values() if "train" in s))
+
+    def _part_edges(self, part: int, nodes: Dict[NodeType, NodeOrder],
+                    edges: Dict[EdgeType, OrderedEdges]) -> tuple:
+        """CSC tensors, halo ids and edge counts of one partition."""
+        csc, halo_sets, n_edges, n_cut = {}, {}, {}, {}
+        for et, ordered in edges.items():
+            pc = ordered.parts[part]
+            csc[edge_key(et)] = {"indptr": _tensor(pc.indptr), "indices": _tensor(pc.indices)}
+            src_lo, src_hi = owned_range(nodes[et[0]].offsets, part)
+            outside, cut = outside_nodes(plain(pc.indices), src_lo, src_hi,
+                                         self.source.num_nodes[et[0]])
+            n_edges[et], n_cut[et] = int(pc.indices.shape[0]), int(cut)
+            halo_sets.setdefault(et[0], []).append(torch.from_numpy(outside))
+        halo = {t: torch.unique(torch.cat(v)) for t, v in halo_sets.items()}
+        return csc, halo, n_edges, n_cut
+
+    def _write_maps(self, tmp: Path, nodes: Dict[NodeType, NodeOrder],
+                    edges: Dict[EdgeType, OrderedEdges], meta: PartitionMeta) -> None:
+        node_map = {t: torch.from_numpy(o.new_to_old) for t, o in nodes.items()}
+        edge_map = {edge_key(et): _tensor(o.edge_map) for et, o in edges.items()}
+        hetero = self.source.is_hetero
+        io.save_pt(node_map if hetero else next(iter(node_map.values())), tmp / io.NODE_MAP_FILE)
+        io.save_pt(edge_map if hetero else next(iter(edge_map.values())), tmp / io.EDGE_MAP_FILE)
+        io.save_json(meta.to_json(), tmp / io.META_FILE)
