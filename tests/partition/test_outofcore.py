@@ -51,8 +51,8 @@ def assert_same_output(got: Path, want: Path, num_parts: int) -> None:
     """Same META.json (uid included), id maps and partition files."""
     _equal(json.loads((got / io.META_FILE).read_text()),
            json.loads((want / io.META_FILE).read_text()), io.META_FILE)
-    files = [io.NODE_MAP_FILE, io.EDGE_MAP_FILE] + [
-        f"part_{p}/{name}" for p in range(num_parts) for name in io.PART_FILES]
+    files = [f"part_{p}/{name}" for p in range(num_parts)
+             for name in io.PART_FILES + io.ID_FILES]
     for name in files:
         _equal(io.load_pt(got / name), io.load_pt(want / name), name)
 

@@ -1,7 +1,7 @@
 """Out-of-core partitioning of a chunked graph on one machine, within a memory budget.
 
 :class:`OutOfCorePartitioner` writes exactly what :class:`~pyg_dist.partition.Partitioner`
-writes (format v1: the same files, ids, CSC order, halos, balance rules, statistics and
+writes (format v2: the same files, ids, CSC order, halos, balance rules, statistics and
 ``uid``) while holding only node-sized arrays (a few int64 per node) plus what the
 memory budget allows:
 
@@ -14,7 +14,7 @@ memory budget allows:
    then each partition's CSC built from its bucket in turn (:mod:`.edges`);
 4. copy rows: node and edge data copied block by block into per-partition memory-mapped
    arrays (:mod:`.rows`);
-5. uid and write: every file saved through :func:`~pyg_dist.partition.io.atomic_dir`
+5. uid (per-partition digests) and write: every file, per-partition id maps included, saved through :func:`~pyg_dist.partition.io.atomic_dir`
    (``torch.save`` streams a memory-mapped tensor without copying it).
 
 With the same assignment the output is identical to the in-memory path's, byte for
@@ -36,7 +36,7 @@ from pyg_dist.chunked import ChunkedGraph
 from pyg_dist.partition import io
 from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_csr, random_parts,
                                        vertex_weights)
-from pyg_dist.partition.identity import partition_uid
+from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import outside_nodes
 from pyg_dist.partition.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
@@ -136,13 +136,13 @@ class OutOfCorePartitioner:
                 edge_rows = self._edge_rows(edges, scratch)
             laps.lap("copy_rows")
             meta = self._meta(nodes, edges)
-            uid = partition_uid(meta.to_json(), {t: o.new_to_old for t, o in nodes.items()},
-                                {t: plain(o.edge_map) for t, o in edges.items()})
+            uid = partition_uid(meta.to_json(), [part_digest(*self._part_ids(p, nodes, edges))
+                                                 for p in range(self.num_parts)])
             laps.lap("uid")
             stats = [self._write_part(tmp, p, nodes, edges, node_rows, edge_rows, uid)
                      for p in self._bar(range(self.num_parts), "writing partitions")]
             meta = replace(meta, parts=tuple(stats), uid=uid)
-            self._write_maps(tmp, nodes, edges, meta)
+            io.save_json(meta.to_json(), tmp / io.META_FILE)
             del node_rows, edge_rows, edges
             shutil.rmtree(scratch.folder)
         laps.lap("write")
@@ -265,6 +265,12 @@ class OutOfCorePartitioner:
         io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
         io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
         io.save_pt(splits, folder / io.SPLITS_FILE)
+        node_ids, edge_ids = self._part_ids(part, nodes, edges)
+        hetero = self.source.is_hetero
+        node_ids = {t: torch.from_numpy(v) for t, v in node_ids.items()}
+        edge_ids = {edge_key(t): _tensor(v) for t, v in edge_ids.items()}
+        io.save_pt(node_ids if hetero else next(iter(node_ids.values())), folder / io.NODE_IDS_FILE)
+        io.save_pt(edge_ids if hetero else next(iter(edge_ids.values())), folder / io.EDGE_IDS_FILE)
         return PartStats(
             owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
             halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},
@@ -286,11 +292,10 @@ class OutOfCorePartitioner:
         halo = {t: torch.unique(torch.cat(v)) for t, v in halo_sets.items()}
         return csc, halo, n_edges, n_cut
 
-    def _write_maps(self, tmp: Path, nodes: Dict[NodeType, NodeOrder],
-                    edges: Dict[EdgeType, OrderedEdges], meta: PartitionMeta) -> None:
-        node_map = {t: torch.from_numpy(o.new_to_old) for t, o in nodes.items()}
-        edge_map = {edge_key(et): _tensor(o.edge_map) for et, o in edges.items()}
-        hetero = self.source.is_hetero
-        io.save_pt(node_map if hetero else next(iter(node_map.values())), tmp / io.NODE_MAP_FILE)
-        io.save_pt(edge_map if hetero else next(iter(edge_map.values())), tmp / io.EDGE_MAP_FILE)
-        io.save_json(meta.to_json(), tmp / io.META_FILE)
+    @staticmethod
+    def _part_ids(part: int, nodes: Dict[NodeType, NodeOrder],
+                  edges: Dict[EdgeType, OrderedEdges]) -> tuple:
+        """Original ids of the nodes partition ``part`` owns and of its edges (views)."""
+        return ({t: o.new_to_old[o.offsets[part]:o.offsets[part + 1]] for t, o in nodes.items()},
+                {t: plain(o.edge_map[o.offsets[part]:o.offsets[part + 1]])
+                 for t, o in edges.items()})
