@@ -9,8 +9,8 @@ types that have one), and single-task labels ``y`` are 1-D.
 
 Nothing is downloaded unless ``download=True``; then the archive OGB publishes is
 fetched into ``root`` with ogb's helpers and unpacked, as ogb itself does.
-``ogbn-papers100M`` (OGB's binary layout) is too large for one process and is refused
-until the chunked, bounded-memory input path exists.
+``ogbn-papers100M`` (OGB's binary layout) is too large for one process and is refused by
+name: it goes through a chunked folder and ``pyg-dist-partition --memory-budget``.
 """
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ def ogb_info(name: str) -> OgbInfo:
     """The master-file entry of the OGB node dataset ``name`` (any case)."""
     if name.lower() == PAPERS100M.lower():
         raise NotImplementedError(
-            f"{PAPERS100M} does not fit one process: it goes through the chunked, "
-            f"bounded-memory partitioning path, which is not implemented yet")
+            f"{PAPERS100M} does not fit one process, and reading OGB's layout of it by name "
+            f"is not implemented yet: write it as a chunked folder (metadata.json + .npy "
+            f"chunks) and run pyg-dist-partition --input DIR --memory-budget SIZE")
     require_ogb(name)
     import pandas as pd
 

@@ -14,8 +14,9 @@ memory budget allows:
    then each partition's CSC built from its bucket in turn (:mod:`.edges`);
 4. copy rows: node and edge data copied block by block into per-partition memory-mapped
    arrays (:mod:`.rows`);
-5. uid (per-partition digests) and write: every file, per-partition id maps included, saved through :func:`~pyg_dist.partition.io.atomic_dir`
-   (``torch.save`` streams a memory-mapped tensor without copying it).
+5. uid (over per-partition digests) and write: every file, the per-partition id maps
+   included, saved through :func:`~pyg_dist.partition.io.atomic_dir` (``torch.save``
+   streams a memory-mapped tensor without copying it).
 
 With the same assignment the output is identical to the in-memory path's, byte for
 byte in every tensor (the random method, or METIS with the same ``coarsen`` choice).
