@@ -138,7 +138,7 @@ def test_failed_download_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_papers100m_needs_the_chunked_path(tmp_path: Path) -> None:
-    with pytest.raises(NotImplementedError, match="chunked, bounded-memory .* not implemented"):
+    with pytest.raises(NotImplementedError, match="not implemented yet: write it as a chunked folder.*--memory-budget"):
         load_named("ogbn-papers100M", tmp_path)
 
 
