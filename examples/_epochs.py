@@ -78,9 +78,11 @@ class Checkpoints:
         embeddings: ``DistEmbedding`` tables.
         loaders: the training loader first, then any others (their positions are saved).
 
-    Two hooks exist for the restart tests only, read from the environment when set:
+    Hooks for the restart tests only, read from the environment when set:
     ``PYG_DIST_TEST_KILL_AT="epoch:batch"`` makes rank ``PYG_DIST_TEST_KILL_RANK``
     (default 1) SIGKILL itself after that training batch in torchrun's first incarnation;
+    ``PYG_DIST_TEST_KILL_IN_SAVE=step`` makes it die in the middle of the save at that
+    step (its files written, the version not yet published);
     ``PYG_DIST_TEST_SEED_LOG=DIR`` appends every trained batch's seed ids to
     ``DIR/seeds_rank<r>.jsonl``.
     """
@@ -98,6 +100,8 @@ class Checkpoints:
             sparse_optimizers=[o for o in optimizers if isinstance(o, SparseOptimizer)])
         self.step = 0
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        kill_in_save = os.environ.get("PYG_DIST_TEST_KILL_IN_SAVE")
+        self.kill_in_save = int(kill_in_save) if kill_in_save else None
         kill = os.environ.get("PYG_DIST_TEST_KILL_AT")
         self.kill_at = tuple(int(v) for v in kill.split(":")) if kill else None
         self.kill_rank = int(os.environ.get("PYG_DIST_TEST_KILL_RANK", "1"))
@@ -136,10 +140,13 @@ class Checkpoints:
                                     "seeds": _seed_ids(batch)}) + "\n")
         if self.dir and self.every and self.step % self.every == 0:
             self.save(epoch)
-        if self.kill_at == (epoch, batch_in_epoch) and self.restart == 0 and \
-                self.job.ctx.rank == self.kill_rank:
-            print(f"[rank {self.job.ctx.rank}] test hook: SIGKILL at epoch {epoch} batch "
-                  f"{batch_in_epoch} (step {self.step})", file=sys.stderr, flush=True)
+        if self.kill_at == (epoch, batch_in_epoch):
+            self._test_kill(f"at epoch {epoch} batch {batch_in_epoch} (step {self.step})")
+
+    def _test_kill(self, where: str) -> None:
+        if self.restart == 0 and self.job.ctx.rank == self.kill_rank:
+            print(f"[rank {self.job.ctx.rank}] test hook: SIGKILL {where}", file=sys.stderr,
+                  flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def after_epoch(self, epoch: int) -> None:
@@ -147,6 +154,13 @@ class Checkpoints:
             self.save(epoch)
 
     def save(self, epoch: int) -> None:
+        if self.kill_in_save == self.step:  # test hook: die once this rank's file is written
+            write = checkpoint.files.write_rank_state
+
+            def write_then_die(*args: Any, **kwargs: Any) -> None:
+                write(*args, **kwargs)
+                self._test_kill(f"while saving the checkpoint of step {self.step}")
+            checkpoint.files.write_rank_state = write_then_die  # type: ignore[assignment]
         checkpoint.save(self.dir, step=self.step, extra={"epoch": epoch}, **self.objects)
 
 

@@ -41,17 +41,16 @@ def cora2_resume(cora, tmp_path_factory) -> Path:
     return root
 
 
-def run_restartable(parts: Path, out: Path, num_workers: int, kill_at: Optional[str],
-                    timeout: float) -> Job:
-    """The example under torchrun with one restart allowed; seeds logged into ``out``."""
+def run_restartable(parts: Path, out: Path, num_workers: int, fault: Dict[str, str],
+                    timeout: float = 150) -> Job:
+    """The example under torchrun with one restart allowed; seeds logged into ``out``;
+    ``fault``: the test hooks' environment variables."""
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
            "--max-restarts=1", "--rdzv-backend=static", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", str(EXAMPLE), "--partition-dir", str(parts),
            "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS]
-    env = {"PYG_DIST_TEST_SEED_LOG": str(out)}
-    if kill_at:
-        env["PYG_DIST_TEST_KILL_AT"] = kill_at
+    env = {"PYG_DIST_TEST_SEED_LOG": str(out), **fault}
     marker = uuid.uuid4().hex
     job = wait(start(cmd, marker, env), cmd, timeout, time.monotonic())
     assert_no_leftovers(marker, job)
@@ -78,23 +77,47 @@ def max_step(out: Path, rank: int, inc: int) -> int:
     return max(json.loads(x)["step"] for x in lines if json.loads(x)["inc"] == inc)
 
 
-@pytest.mark.timeout(330)
+@pytest.fixture(scope="module")
+def clean(cora2_resume, tmp_path_factory):
+    """The fault-free run (in-process sampling): the reference of every faulty run (batches
+    are seeded per (seed, epoch, batch, rank), so sampler workers sample the same)."""
+    out = tmp_path_factory.mktemp("resume_clean") / "run"
+    job = run_restartable(cora2_resume, out, 0, {})
+    assert job.result()["resumed_from"] is None and "checkpoint: resumed" not in job.output
+    seeds = trained_seeds(out, None)
+    assert sorted(seeds[0]) == list(range(1, 6))
+    for epoch in range(1, 6):
+        both = seeds[0][epoch] + seeds[1][epoch]
+        assert len(both) == len(set(both)) == 140  # Cora's training nodes, once each
+    return job, seeds
+
+
+def check_resumed(faulty: Job, out: Path, clean, resumed_from: int) -> None:
+    assert faulty.result()["resumed_from"] == resumed_from, faulty.describe()
+    assert max_step(out, 0, inc=1) == 25  # training went on to the end
+    assert trained_seeds(out, resumed_from) == clean[1]  # same batches, order, epochs, ranks
+    assert abs(faulty.result()["test_acc"] - clean[0].result()["test_acc"]) <= 0.01
+
+
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_killed_rank_resumes_exactly_from_its_checkpoint(cora2_resume, tmp_path, num_workers):
-    clean = run_restartable(cora2_resume, tmp_path / "clean", num_workers, None, 150)
-    faulty = run_restartable(cora2_resume, tmp_path / "faulty", num_workers, KILL_AT, 150)
+def test_killed_rank_resumes_exactly_from_its_checkpoint(clean, cora2_resume, tmp_path,
+                                                         num_workers):
+    out = tmp_path / "faulty"
+    faulty = run_restartable(cora2_resume, out, num_workers, {"PYG_DIST_TEST_KILL_AT": KILL_AT})
     assert "test hook: SIGKILL at epoch 3 batch 3 (step 13)" in faulty.output, faulty.describe()
     assert "resumed exactly at epoch 3 batch 2 step 12" in faulty.output, faulty.describe()
-    assert clean.result()["resumed_from"] is None and "checkpoint: resumed" not in clean.output
-    assert faulty.result()["resumed_from"] == 12
-    assert max_step(tmp_path / "faulty", 1, inc=0) == 13  # one batch was redone
-    assert max_step(tmp_path / "faulty", 0, inc=1) == 25  # and training went on to the end
+    assert max_step(out, 1, inc=0) == 13  # one batch was trained, lost and redone
+    check_resumed(faulty, out, clean, 12)
 
-    want = trained_seeds(tmp_path / "clean", None)
-    got = trained_seeds(tmp_path / "faulty", 12)
-    assert sorted(want[0]) == list(range(1, 6))
-    assert got == want  # same seeds, same batches, same order, every epoch and rank
-    for epoch in range(1, 6):
-        seeds = got[0][epoch] + got[1][epoch]
-        assert len(seeds) == len(set(seeds)) == 140  # Cora's training nodes, once each
-    assert abs(faulty.result()["test_acc"] - clean.result()["test_acc"]) <= 0.01
+
+@pytest.mark.timeout(200)
+def test_kill_while_saving_resumes_from_the_previous_checkpoint(clean, cora2_resume, tmp_path):
+    out = tmp_path / "faulty"
+    faulty = run_restartable(cora2_resume, out, 0, {"PYG_DIST_TEST_KILL_IN_SAVE": "12"})
+    assert "test hook: SIGKILL while saving the checkpoint of step 12" in faulty.output, \
+        faulty.describe()
+    assert "resumed exactly at epoch 2 batch 3 step 8" in faulty.output, faulty.describe()
+    check_resumed(faulty, out, clean, 8)
+    versions = [p.name for p in (out / "ckpt").iterdir() if p.is_dir()]
+    assert len(versions) == 2 and all(p.startswith("step0000000") for p in versions)
