@@ -18,19 +18,20 @@ import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
+import torch
 
-from pyg_dist import Partitioner
+from pyg_dist import DistEmbedding, Partitioner, shutdown_rpc
+from pyg_dist.embedding import load_checkpoint
 from pyg_dist.testing import free_port
-from test_training import EXAMPLE, Job, assert_no_leftovers, start, wait
+from test_training import EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, start, wait
 
 # 70 training seeds per rank, 5 batches per epoch; a checkpoint every 4 batches (steps 4,
 # 8, 12, ...); the kill comes after epoch 3's third batch (step 13), one past step 12.
 ARGS = ["--epochs", "5", "--batch-size", "16", "--num-neighbors", "5,5", "--seed", "3",
-        "--checkpoint-every", "4", "--log-every", "0", "--rpc-timeout", "20",
-        "--normalize-features"]
+        "--checkpoint-every", "4", "--log-every", "0", "--rpc-timeout", "20"]
 KILL_AT = "3:3"
 
 
@@ -42,14 +43,16 @@ def cora2_resume(cora, tmp_path_factory) -> Path:
 
 
 def run_restartable(parts: Path, out: Path, num_workers: int, fault: Dict[str, str],
-                    timeout: float = 150) -> Job:
+                    timeout: float = 150, script: Path = EXAMPLE,
+                    extra: Sequence[str] = ("--normalize-features",)) -> Job:
     """The example under torchrun with one restart allowed; seeds logged into ``out``;
     ``fault``: the test hooks' environment variables."""
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
            "--max-restarts=1", "--rdzv-backend=static", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(EXAMPLE), "--partition-dir", str(parts),
-           "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS]
+           f"--master-port={free_port()}", str(script), "--partition-dir", str(parts),
+           "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS,
+           *extra]
     env = {"PYG_DIST_TEST_SEED_LOG": str(out), **fault}
     marker = uuid.uuid4().hex
     job = wait(start(cmd, marker, env), cmd, timeout, time.monotonic())
@@ -121,3 +124,34 @@ def test_kill_while_saving_resumes_from_the_previous_checkpoint(clean, cora2_res
     check_resumed(faulty, out, clean, 8)
     versions = [p.name for p in (out / "ckpt").iterdir() if p.is_dir()]
     assert len(versions) == 2 and all(p.startswith("step0000000") for p in versions)
+
+
+@pytest.mark.timeout(300)
+def test_embedding_example_resumes_rows_and_sparse_adam(cora2_resume, tmp_path):
+    """DistEmbedding rows and SparseAdam state come back: the restarted job trains on the
+    same seeds and ends with the same rows (up to float summation order of the sparse
+    updates of two ranks) and test accuracy as the fault-free run."""
+    args = ["--num-neighbors", "5,5", "--eval-neighbors", "5,5", "--embedding-dim", "16",
+            "--hidden", "16"]
+    runs = {}
+    for name, fault in (("clean", {}), ("faulty", {"PYG_DIST_TEST_KILL_AT": KILL_AT})):
+        out = tmp_path / name
+        runs[name] = run_restartable(cora2_resume, out, 0, fault, script=EMBEDDING_EXAMPLE,
+                                     extra=[*args, "--checkpoint", str(out / "final")])
+    faulty = runs["faulty"]
+    assert "resumed exactly at epoch 3 batch 2 step 12" in faulty.output, faulty.describe()
+    assert faulty.result()["resumed_from"] == 12
+    assert trained_seeds(tmp_path / "faulty", 12) == trained_seeds(tmp_path / "clean", None)
+    rows = {name: final_rows(tmp_path / name / "final") for name in runs}
+    assert torch.allclose(rows["clean"], rows["faulty"], atol=1e-4), \
+        (rows["clean"] - rows["faulty"]).abs().max()
+    assert abs(faulty.result()["test_acc"] - runs["clean"].result()["test_acc"]) <= 0.01
+
+
+def final_rows(path: Path) -> torch.Tensor:
+    """The ``node_embedding`` rows the example saved at its end, loaded in this process."""
+    emb = DistEmbedding(2708, 16, name="node_embedding")
+    load_checkpoint(path, embeddings=[emb])
+    rows = emb.weight[torch.arange(2708)].clone()
+    shutdown_rpc()
+    return rows
