@@ -118,7 +118,10 @@ class Checkpoints:
         """Loads the checkpoint of ``--checkpoint-dir`` if there is one (collective)."""
         if not self.dir:
             return
+        start = time.perf_counter()
         info = checkpoint.load(self.dir, **self.objects)
+        if info is not None:
+            self.job.checkpoint["checkpoint_load_s"] = round(time.perf_counter() - start, 4)
         if info is None:
             log(self.job, f"checkpoint: none in {self.dir} yet, starting from scratch "
                           f"(incarnation {self.restart})")
@@ -137,7 +140,7 @@ class Checkpoints:
         if self.seed_log is not None:
             with open(self.seed_log, "a") as f:
                 f.write(json.dumps({"inc": self.restart, "epoch": epoch, "step": self.step,
-                                    "seeds": _seed_ids(batch)}) + "\n")
+                                    "t": time.time(), "seeds": _seed_ids(batch)}) + "\n")
         if self.dir and self.every and self.step % self.every == 0:
             self.save(epoch)
         if self.kill_at == (epoch, batch_in_epoch):
@@ -161,7 +164,14 @@ class Checkpoints:
                 write(*args, **kwargs)
                 self._test_kill(f"while saving the checkpoint of step {self.step}")
             checkpoint.files.write_rank_state = write_then_die  # type: ignore[assignment]
-        checkpoint.save(self.dir, step=self.step, extra={"epoch": epoch}, **self.objects)
+        start = time.perf_counter()
+        name = checkpoint.save(self.dir, step=self.step, extra={"epoch": epoch}, **self.objects)
+        figures = self.job.checkpoint
+        figures["checkpoint_saves"] = figures.get("checkpoint_saves", 0) + 1
+        figures["checkpoint_save_s"] = round(figures.get("checkpoint_save_s", 0.0)
+                                             + time.perf_counter() - start, 4)
+        files = [f for f in (Path(self.dir) / name).rglob("*") if f.is_file()]
+        figures["checkpoint_mb"] = round(sum(f.stat().st_size for f in files) / 1e6, 3)
 
 
 def _seed_ids(batch: Any) -> List[int]:

@@ -105,6 +105,7 @@ class Job:
     mmap: bool = True
     memory: Dict[str, Any] = field(default_factory=dict)  # recorded by finish()
     resumed_from: Optional[int] = None  # the checkpoint step this run resumed from
+    checkpoint: Dict[str, Any] = field(default_factory=dict)  # save/load figures
 
     @property
     def is_main(self) -> bool:
@@ -266,6 +267,7 @@ def emit(job: Job, results: Dict[str, Any], args: argparse.Namespace) -> None:
               "epochs": args.epochs, "batch_size": args.batch_size,
               "num_workers": args.num_workers, "device": job.device.type,
               "wire_dtype": args.wire_dtype, "resumed_from": job.resumed_from,
+              **job.checkpoint,
               "total_s": round(time.perf_counter() - job.started, 2), **job.memory}
     clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in results.items()}
     print(json.dumps({**clean, **common}), flush=True)  # NaN (not measured) -> null
