@@ -1,5 +1,6 @@
 """Time lost to a killed rank: ``torchrun --max-restarts=1``, 2 ranks, a synthetic graph,
-``examples/node_classification.py`` with ``--checkpoint-dir``; rank 1 SIGKILLs itself
+``examples/node_classification.py`` (or the embedding example: a checkpoint holding a
+``DistEmbedding`` row and ``SparseAdam`` state per node) with ``--checkpoint-dir``; rank 1 SIGKILLs itself
 in the middle of its one epoch (the examples' test hook ``PYG_DIST_TEST_KILL_AT``).
 
 Reports, as ONE JSON line: checkpoint size, save and load time (and bandwidth), the time
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = {"node": "node_classification.py", "embedding": "embedding_node_classification.py"}
 
 
 def partition(args: argparse.Namespace, out: Path) -> None:
@@ -40,11 +42,13 @@ def run_job(args: argparse.Namespace, parts: Path,
     port = 29000 + os.getpid() % 2000
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
            "--max-restarts=1", "--master-addr=127.0.0.1", f"--master-port={port}",
-           str(REPO / "examples" / "node_classification.py"), "--partition-dir", str(parts),
+           str(REPO / "examples" / EXAMPLES[args.example]), "--partition-dir", str(parts),
            "--epochs", "1", "--batch-size", str(args.batch_size), "--num-neighbors", "10,5",
            "--hidden", str(args.hidden), "--skip-eval", "--log-every", "0",
            "--checkpoint-dir", str(work / "ckpt"), "--checkpoint-every",
            str(args.checkpoint_every), "--num-workers", str(args.num_workers)]
+    if args.example == "embedding":  # a DistEmbedding row per node, SparseAdam state
+        cmd += ["--embedding-dim", str(args.embedding_dim)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYG_DIST_TEST_KILL_AT": f"1:{args.kill_at}",
            "PYG_DIST_TEST_SEED_LOG": str(work), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -94,7 +98,7 @@ def measure(args: argparse.Namespace, work: Path) -> Dict:
     save_s = (result.get("checkpoint_save_s") or float("nan")) / saves
     load_s = result.get("checkpoint_load_s") or float("nan")
     return {
-        "num_nodes": args.num_nodes, "world_size": 2, "num_workers": args.num_workers,
+        "example": args.example, "num_nodes": args.num_nodes, "world_size": 2, "num_workers": args.num_workers,
         "partition_s": round(partition_s, 2), "batches_per_epoch": per_epoch,
         "checkpoint_every": args.checkpoint_every, "checkpoint_mb": size_mb,
         "checkpoint_save_s": round(save_s, 4), "checkpoint_load_s": load_s,
@@ -122,6 +126,9 @@ def main() -> None:
     p.add_argument("--kill-at", type=int, default=50, help="batch after which rank 1 is "
                    "killed")
     p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--example", choices=sorted(EXAMPLES), default="node",
+                   help="embedding: learnable node embeddings (a large checkpoint)")
+    p.add_argument("--embedding-dim", type=int, default=64)
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--work-dir", default=None, help="keep files here (default: a temp dir)")
     args = p.parse_args()

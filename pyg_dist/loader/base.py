@@ -81,7 +81,9 @@ class DistLoader:
         even_batches (bool): every rank yields the same number of batches (a rank with
             fewer repeats its own; every rank needs at least one). Needed for DDP
             training; evaluation may disable it.
-        seed (int): base seed of shuffling and sampling.
+        seed (int): base seed of shuffling (``seed + epoch``) and sampling (batch ``i`` of
+            epoch ``e`` draws from ``(seed, e, i, rank)``, whatever ran before it, so
+            :meth:`load_state_dict` resumes mid-epoch exactly).
         pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
         feature_cache (int or float, optional): cache the node attributes of the remote
             nodes this partition's edges reference most (bytes, or a fraction of the
