@@ -33,7 +33,8 @@ def partition(args: argparse.Namespace, out: Path) -> None:
            "synthetic", "--num-nodes", str(args.num_nodes), "--avg-degree",
            str(args.avg_degree), "--feat-dim", str(args.feat_dim), "--num-parts", "2",
            "--out", str(out), "--quiet", "--root", str(out.parent)]
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's pyg_dist, as the job's
+    subprocess.run(cmd, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
 
 
 def run_job(args: argparse.Namespace, parts: Path,
