@@ -155,3 +155,24 @@ def final_rows(path: Path) -> torch.Tensor:
     rows = emb.weight[torch.arange(2708)].clone()
     shutdown_rpc()
     return rows
+
+
+@pytest.mark.timeout(300)
+def test_link_prediction_example_resumes_exactly(cora2_resume, tmp_path):
+    """The link loader's position (and its negatives, drawn per batch) resume exactly: the
+    restarted job trains on the same seed edges, batch for batch, as the fault-free run
+    and reaches the same test AUC."""
+    link = EXAMPLE.parent / "link_prediction.py"
+    extra = ["--batch-size", "512", "--epochs", "3"]  # ARGS' values are overridden
+    runs = {}
+    for name, fault in (("clean", {}), ("faulty", {"PYG_DIST_TEST_KILL_AT": "2:3"})):
+        runs[name] = run_restartable(cora2_resume, tmp_path / name, 0, fault, script=link,
+                                     extra=extra)
+    faulty = runs["faulty"]
+    resumed = faulty.result()["resumed_from"]
+    assert "test hook: SIGKILL at epoch 2 batch 3" in faulty.output, faulty.describe()
+    assert resumed is not None and resumed % 4 == 0 and "resumed exactly" in faulty.output
+    want = trained_seeds(tmp_path / "clean", None)
+    assert sorted(want[0]) == [1, 2, 3] and len(want[0][2]) > 3 * 512
+    assert trained_seeds(tmp_path / "faulty", resumed) == want
+    assert abs(faulty.result()["test_auc"] - runs["clean"].result()["test_auc"]) <= 0.01
