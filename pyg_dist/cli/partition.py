@@ -55,7 +55,12 @@ def check_numbers(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pyg-dist-partition",
                 description="Partition a graph for pyg_dist (METIS or random).")
-    p.add_argument("--dataset", required=True, help=CHOICES)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help=CHOICES)
+    source.add_argument("--input", metavar="DIR",
+                        help="a chunked graph folder (DGL's chunked graph format: "
+                             "metadata.json + chunks, as pyg-dist-chunk writes it); for now "
+                             "assembled in memory before partitioning")
     p.add_argument("--root", default=None,
                    help="the dataset folder, as the dataset's own loader takes it (Planetoid: "
                         "holding <Name>/raw/ind.*; PyG classes: holding raw/; OGB: holding "
@@ -89,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
-    """The graph ``--dataset`` names; raises :class:`UsageError` on bad input."""
+    """The graph ``--dataset`` or ``--input`` names; raises :class:`UsageError` on bad input."""
+    if getattr(args, "input", None) is not None:
+        return load_chunked_input(args.input)
     name = args.dataset
     if name.lower() == "synthetic":
         if args.hetero:
@@ -107,13 +114,29 @@ def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
         raise UsageError(str(exc)) from exc
 
 
+def load_chunked_input(folder: str) -> Union[Data, HeteroData]:
+    """A chunked graph folder assembled in memory; raises :class:`UsageError`."""
+    from pyg_dist.chunked import read_chunked
+
+    try:
+        return read_chunked(folder)
+    except (ValueError, MissingDependencyError) as exc:  # ChunkedFormatError included
+        raise UsageError(str(exc)) from exc
+
+
+def source_name(args: argparse.Namespace) -> str:
+    """What the graph is called in messages: the dataset name or the input folder."""
+    return args.dataset if args.dataset is not None else str(args.input)
+
+
 def prepare_extras(args: argparse.Namespace) -> Optional[ExtrasLayout]:
     """Where ``--pyg-extras`` writes; refuses files of an earlier run unless --overwrite."""
     if not args.pyg_extras:
         if args.pyg_extras_type is not None:
             raise UsageError("--pyg-extras-type needs --pyg-extras")
         return None
-    layout = extras_layout(args.out, args.dataset)
+    layout = extras_layout(args.out, source_name(args) if args.dataset is not None
+                           else Path(args.input).name)
     existing = layout.existing()
     if existing and not args.overwrite:
         raise UsageError(f"--pyg-extras: {existing[0]} exists (pass --overwrite to replace "
@@ -143,7 +166,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
     layout = prepare_extras(args)
     start = time.perf_counter()
-    with step(f"loading {args.dataset}", enabled=not args.quiet):
+    with step(f"loading {source_name(args)}", enabled=not args.quiet):
         data = load_dataset(args)
     try:
         extras_type = labelled_node_type(data, args.pyg_extras_type) if layout else None
@@ -155,7 +178,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     meta = partitioner.generate()
     del data, partitioner
     total = time.perf_counter() - start
-    print(f"partitioned {args.dataset} into {meta.num_parts} part(s) with {meta.method} "
+    print(f"partitioned {source_name(args)} into {meta.num_parts} part(s) with {meta.method} "
           f"in {total:.1f}s -> {out} (uid {meta.uid})")
     print(summary_table(meta))
     if layout is not None:

@@ -303,9 +303,11 @@ class DistLoader:
         host, port = runtime.store_address(self.ctx)  # also without torchrun's env
         ctx = dataclasses.replace(self.ctx, master_addr=host, master_port=port,
                                   incarnation=incarnation.current(self.ctx))
+        cache = self.sampler.fetcher.cache
         return WorkerSpec(ctx, name, self.features, self.graph, self.spec,
                           self.batch_timeout, index, self.worker_threads,
-                          dict(self.sampler.group.direct_infos))
+                          dict(self.sampler.group.direct_infos),
+                          dataclasses.asdict(cache.file) if cache and cache.file else None)
 
     def close(self) -> None:
         """Stops iteration and sampler workers (they wait for their peers on other ranks)."""

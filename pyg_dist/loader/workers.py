@@ -36,6 +36,7 @@ class WorkerSpec:
     index: int
     threads: int = 1
     direct: Dict[int, Dict[str, Any]] = field(default_factory=dict)  # as the trainer chose
+    cache: Optional[Dict[str, Any]] = None  # the machine's shared feature cache file, if any
 
 
 def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
@@ -43,6 +44,8 @@ def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
     from pyg_dist.sampler.direct import open_direct
     from pyg_dist.sampler.serving import _served
+    from pyg_dist.sampler.shared_cache import attach
+    from pyg_dist.store.source import FileId
     from pyg_dist.sampler.warmup import warm_up
 
     warm_up()  # before joining: no peer waits on this worker's compiler
@@ -53,8 +56,12 @@ def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
     try:
         kwargs = dict(spec.producer.sampler_kwargs)
         kwargs["seed"] = (kwargs.get("seed") or 0) * 1_000_003 + spec.index + 1  # own stream
+        if spec.cache is not None:  # map the trainer's, do not build one more
+            kwargs["feature_cache"] = None
         sampler = DistNeighborSampler((spec.features, spec.graph), current_ctx=spec.ctx,
                                       **kwargs)
+        if spec.cache is not None:
+            sampler.fetcher.cache = attach(sampler.fetcher, FileId(**spec.cache))
         producer = BatchProducer(sampler, spec.producer)
         _serve_tasks(group, producer, spec, tasks, results)
     except BaseException:

@@ -8,6 +8,10 @@ once when it is built, within a budget (``feature_cache=``: bytes as an ``int``,
 ``float`` in ``(0, 1]``: that fraction of each node type's halo nodes); ``0`` or
 ``None`` disables it.
 
+The processes of one machine that serve the same partition share one copy: the first
+builds it into a memory-backed file, the others and every sampler worker map it
+(:mod:`pyg_dist.sampler.shared_cache`).
+
 Cached rows are exactly the owners' rows: only attributes of partitions whose owner
 holds nothing but its partition files are cached (``DistEmbedding`` rows never pass
 through here), and a rank that builds a cache seals its own feature store, since its
@@ -17,7 +21,7 @@ the sorted cached ids, O(ids log cached).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -48,6 +52,15 @@ class FeatureCache:
     rows: Dict[NodeType, Dict[str, Tensor]] = field(default_factory=dict)
     row_bytes: Dict[NodeType, int] = field(default_factory=dict)
     stats: CacheStats = field(default_factory=CacheStats)
+    #: the machine's shared file the rows are mapped from (``None``: private rows)
+    file: Optional[Any] = None
+    _release: Optional[Callable[[], Any]] = field(default=None, repr=False)
+
+    def close(self) -> None:
+        """Lets go of a shared file (the machine's last user removes it); idempotent.
+        Rows must not be used afterwards."""
+        if self._release is not None:
+            self._release()
 
     @property
     def nbytes(self) -> int:

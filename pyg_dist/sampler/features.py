@@ -170,14 +170,32 @@ class FeatureFetcher:
         """Fills :attr:`cache` with the most referenced remote node rows within
         ``budget`` (see :mod:`pyg_dist.sampler.cache`); ``0``/``None`` disables it."""
         self.cache = None
+        chosen, row_bytes = self.cache_plan(budget, skip_parts)
+        if chosen:
+            self.cache = self.fetch_cache(chosen, row_bytes)
+        return self.cache
+
+    def cache_plan(self, budget: Budget, skip_parts: Tuple[int, ...] = ()
+                   ) -> Tuple[Dict[NodeType, Tensor], Dict[NodeType, int]]:
+        """The remote node ids a cache of ``budget`` holds (sorted, per node type; empty:
+        no cache) and the bytes of one row of each type."""
         row_bytes = {t: self._bytes_per_row("nodes", t, attrs)
                      for t, attrs in self.node_attrs.items() if attrs}
         chosen = choose(self.local.graph, row_bytes, budget, skip_parts)
         if not any(ids.numel() for ids in chosen.values()):
-            return None
+            return {}, {}
+        return chosen, {t: row_bytes[t] for t in chosen}
+
+    def fetch_cache(self, chosen: Dict[NodeType, Tensor],
+                    row_bytes: Dict[NodeType, int]) -> FeatureCache:
+        """A cache of the rows of ``chosen``, fetched exactly as stored (never in the
+        wire type)."""
         fetched = self.group.loop.run(self.fetch(chosen, {}, unique=False, wire=False))
-        self.cache = FeatureCache(chosen, fetched.nodes, {t: row_bytes[t] for t in chosen})
-        return self.cache
+        return FeatureCache(chosen, fetched.nodes, row_bytes)
+
+    def node_layout(self, node_type: NodeType, attr: str) -> Tuple[Tuple[int, ...], torch.dtype]:
+        """Per-row shape and dtype of a node attribute."""
+        return self._attr_layout("nodes", node_type, attr)
 
     async def fetch(self, nodes: Dict[NodeType, Tensor], edges: Dict[EdgeType, Tensor],
                     unique: bool = True, wire: bool = True) -> FeatureResponse:

@@ -19,6 +19,7 @@ from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.cache import Budget
+from pyg_dist.sampler import shared_cache
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_state import HopState
@@ -87,12 +88,13 @@ class DistNeighborSampler(BaseSampler):
         skip = tuple(sorted({i["part"] for i in self.group.infos
                              if i.get("private") and i.get("part") is not None}
                             | set(self.group.direct)))
-        self.fetcher.build_cache(budget, skip)
+        self.fetcher.cache = shared_cache.build(self.fetcher, budget, skip)
         self.features.seal("peers may cache rows of this partition (feature_cache); put "
                            "before building loaders")
         cache = self.fetcher.cache
-        log.info("pyg_dist: rank %d caches %d remote node rows (%.1f MB)%s", self.group.rank,
+        log.info("pyg_dist: rank %d caches %d remote node rows (%.1f MB%s)%s", self.group.rank,
                  cache.num_rows if cache else 0, (cache.nbytes if cache else 0) / 1e6,
+                 f", shared by this machine in {cache.file.path}" if cache and cache.file else "",
                  f", not of partitions {list(skip)} (read directly, or not only files)"
                  if skip else "")
 

@@ -64,7 +64,7 @@ def _cache_job(root: str, budget, direct: bool = False) -> dict:
             same.append(all(torch.equal(a[t][k], b[t][k]) for t in a for k in a[t]))
         return {"same": same, "cached_rows": cache.num_rows, "nbytes": cache.nbytes,
                 "hits": cache.stats.hits - before, "saved": cache.stats.bytes_saved,
-                "sealed": _put_refused(data[0], meta)}
+                "sealed": _put_refused(data[0], meta), "shared": cache.file is not None}
     finally:
         shutdown_rpc()
 
@@ -97,8 +97,18 @@ def test_cached_rows_equal_uncached_fetch(roots, graph, world, budget):
         assert r["cached_rows"] > 0, (rank, r)
         assert all(r["same"]), (rank, r["same"])
         assert r["hits"] > 0 and r["saved"] > 0 and r["sealed"], (rank, r)
+        assert r["shared"], (rank, "mapped from the machine's cache file")
         if isinstance(budget, int):
             assert r["nbytes"] <= budget, (rank, r)
+
+
+@pytest.mark.timeout(120)
+def test_cache_stays_private_where_no_file_can_be_shared(roots, tmp_path):
+    """A cache folder that is missing (or full) leaves each process its own cache."""
+    env = {"PYG_DIST_CACHE_DIR": str(tmp_path / "missing")}
+    for rank, r in enumerate(run_ranks(_cache_job, 2, str(roots["cora"]), 0.5, timeout=100,
+                                       extra_env=env)):
+        assert r["cached_rows"] > 0 and all(r["same"]) and not r["shared"], (rank, r)
 
 
 @pytest.mark.timeout(120)
@@ -154,3 +164,63 @@ def test_bf16_on_the_wire_rounds_only_rows_that_travel(roots, direct):
             else:
                 assert c["remote_rounded"] and not c["remote_exact"], (rank, t, c)
                 assert r["direct_calls"] == 0 and r["wire_bytes"] > 0
+
+
+def _mapped_cache_files(pid: int) -> set:
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[-1] for line in f if "pyg_dist-cache-" in line}
+
+
+def _shared_job(root: str) -> dict:
+    """Two trainers per partition on one machine (direct reads off, so every other
+    partition is remote), one sampler worker each: batches must be exact, and the
+    machine must hold one cache file per partition, mapped by trainers and workers."""
+    import os
+
+    import torch.distributed as dist
+
+    from pyg_dist import DistNeighborLoader
+
+    ctx = dataclasses.replace(DistContext.from_env(rpc_timeout=30), direct_reads=False)
+    meta = io.read_meta(root)
+    pid = ctx.partition_id(meta.num_parts)
+    data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
+    t = meta.node_types[0]
+    truth = torch.cat([LocalFeatureStore.from_partition(root, p).tensor(t, "x")
+                       for p in range(meta.num_parts)])
+    book = meta.node_book(t)
+    mine = torch.arange(book.start(pid), book.start(pid) + book.size(pid))
+    half = mine[ctx.rank % 2::2]  # the two trainers of a partition split its nodes
+    try:
+        loader = DistNeighborLoader(data, [3, 2], input_nodes=half, batch_size=128,
+                                    num_workers=1, feature_cache=0.5, current_ctx=ctx)
+        cache = loader.sampler.fetcher.cache
+        built_bytes = loader.sampler.fetcher.stats.bytes  # the cache's own fetch, if built here
+        exact = [torch.equal(b.x, truth[b.n_id]) for b in loader]
+        files = _mapped_cache_files(os.getpid())
+        workers = [_mapped_cache_files(p.pid) for p in loader._pool.procs]
+        loader.close()
+        path = cache.file.path if cache.file else None
+        cache.close()
+        dist.barrier()  # every process on the machine let go
+        return {"exact": exact, "path": path, "files": sorted(files),
+                "workers": [sorted(w) for w in workers], "built_bytes": built_bytes,
+                "nbytes": cache.nbytes, "left": path is not None and os.path.exists(path)}
+    finally:
+        shutdown_rpc()
+
+
+@pytest.mark.timeout(240)
+def test_trainers_of_a_machine_share_one_cache_file(roots):
+    results = run_ranks(_shared_job, 4, str(roots["cora"]), timeout=220)
+    for rank, r in enumerate(results):
+        assert r["exact"] and all(r["exact"]), (rank, r["exact"])
+        assert r["path"] is not None and r["files"] == [r["path"]], (rank, r)
+        assert r["workers"] == [[r["path"]]], (rank, r)  # the worker mapped it too
+        assert not r["left"], (rank, "the last user must remove the file")
+    for part in (0, 1):  # ranks 2p, 2p+1 serve partition p: one file, fetched once
+        a, b = results[2 * part], results[2 * part + 1]
+        assert a["path"] == b["path"], (part, a["path"], b["path"])
+        assert sorted([a["built_bytes"] > 0, b["built_bytes"] > 0]) == [False, True], \
+            (part, a["built_bytes"], b["built_bytes"])
+    assert results[0]["path"] != results[2]["path"]

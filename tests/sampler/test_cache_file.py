@@ -1,0 +1,115 @@
+"""The file a machine's processes share a feature cache through: what it must hold
+to be used, and who removes it (the last process holding its lock, or the next build
+when every holder is gone)."""
+import asyncio
+import fcntl
+import os
+
+import pytest
+import torch
+
+from pyg_dist.sampler.cache import FeatureCache
+from pyg_dist.sampler.cache_file import (SharedCacheError, check_payload, clean_stale,
+                                         holder, write)
+from pyg_dist.sampler.features import FeatureFetcher
+from pyg_dist.store.source import FileId
+
+
+@pytest.fixture
+def fetcher(hetero_parted):
+    return FeatureFetcher(hetero_parted.group(0), hetero_parted.samplers[0], hetero_parted.meta)
+
+
+def _cache(fetcher) -> FeatureCache:
+    meta = fetcher.meta
+    chosen = {}
+    for t in meta.node_types:
+        book = meta.node_book(t)
+        chosen[t] = torch.arange(book.start(1), book.start(1) + min(book.size(1), 7))
+    rows = asyncio.run(fetcher.fetch(chosen, {}, unique=False, wire=False)).nodes
+    return FeatureCache(chosen, rows, {t: 1 for t in chosen})
+
+
+def _load(path):
+    return torch.load(path, weights_only=True, mmap=True)
+
+
+def test_written_file_loads_and_checks(fetcher, tmp_path):
+    cache = _cache(fetcher)
+    path, fd = write(cache, tmp_path)
+    try:
+        assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+        ids, rows = check_payload(_load(path), fetcher, path)
+        for t in cache.ids:
+            assert torch.equal(ids[t], cache.ids[t])
+            assert all(torch.equal(rows[t][a], cache.rows[t][a]) for a in cache.rows[t])
+        assert not list(tmp_path.glob(".pyg_dist-cache-*"))  # no temporary left
+    finally:
+        os.close(fd)
+
+
+def _tampered(fetcher, tmp_path, change):
+    cache = _cache(fetcher)
+    path, fd = write(cache, tmp_path)
+    os.close(fd)
+    payload = dict(_load(path))
+    payload["ids"], payload["rows"] = dict(payload["ids"]), {
+        t: dict(a) for t, a in payload["rows"].items()}
+    change(payload, fetcher.meta.node_types[0])
+    return payload, path
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda p, t: p.update(format="other"), "not a pyg_dist feature cache"),
+    (lambda p, t: p.update(version=2), "version 2"),
+    (lambda p, t: p["ids"].update({t: p["ids"][t].flip(0)}), "sorted, unique"),
+    (lambda p, t: p["ids"].update({t: p["ids"][t] * 0}), "sorted, unique"),  # owned ids
+    (lambda p, t: p["ids"].update({t: p["ids"][t].int()}), "int64"),
+    (lambda p, t: p["ids"].update({"nope": p["ids"][t]}), "same node types"),
+    (lambda p, t: p["rows"][t].update(x=p["rows"][t]["x"][:-1]), "of shape"),
+    (lambda p, t: p["rows"][t].update(x=p["rows"][t]["x"].double()), "float32"),
+    (lambda p, t: p["rows"][t].pop("x"), "exactly the attributes"),
+])
+def test_a_file_of_another_content_is_refused(fetcher, tmp_path, change, match):
+    payload, path = _tampered(fetcher, tmp_path, change)
+    with pytest.raises(SharedCacheError, match=match) as info:
+        check_payload(payload, fetcher, path)
+    assert path in str(info.value)
+
+
+def test_no_room_is_an_os_error_before_writing(fetcher, tmp_path, monkeypatch):
+    real = os.statvfs
+
+    class Tiny:
+        def __init__(self, st):
+            self.f_frsize, self.f_bavail = st.f_frsize, 1
+
+    monkeypatch.setattr(os, "statvfs", lambda p: Tiny(real(p)))
+    with pytest.raises(OSError, match="MB free"):
+        write(_cache(fetcher), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_last_holder_removes_the_file(fetcher, tmp_path):
+    path, fd = write(_cache(fetcher), tmp_path)
+    file = FileId.of(path)
+    other = os.open(path, os.O_RDONLY)  # a second process's hold, as another description
+    fcntl.flock(other, fcntl.LOCK_SH)
+    holder(fd, file)()
+    assert os.path.exists(path)  # still held by the other
+    holder(other, file)()
+    assert not os.path.exists(path)
+
+
+def test_stale_files_go_and_held_ones_stay(fetcher, tmp_path):
+    held, fd = write(_cache(fetcher), tmp_path)
+    stale, fd2 = write(_cache(fetcher), tmp_path)
+    os.close(fd2)  # its writer is gone: nobody holds it
+    unfinished = tmp_path / ".pyg_dist-cache-dead.pt.tmp"
+    unfinished.write_bytes(b"partial")
+    other = tmp_path / "unrelated.pt"
+    other.write_bytes(b"x")
+    assert clean_stale(tmp_path) == 2
+    assert os.path.exists(held) and not os.path.exists(stale)
+    assert not unfinished.exists() and other.exists()
+    os.close(fd)
