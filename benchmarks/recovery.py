@@ -1,6 +1,7 @@
 """Time lost to a killed rank: ``torchrun --max-restarts=1``, 2 ranks, a synthetic graph,
 ``examples/node_classification.py`` (or the embedding example: a checkpoint holding a
-``DistEmbedding`` row and ``SparseAdam`` state per node) with ``--checkpoint-dir``; rank 1 SIGKILLs itself
+``DistEmbedding`` row and ``SparseAdam`` state per node) with ``--checkpoint-dir``; rank 1
+SIGKILLs itself
 in the middle of its one epoch (the examples' test hook ``PYG_DIST_TEST_KILL_AT``).
 
 Reports, as ONE JSON line: checkpoint size, save and load time (and bandwidth), the time
@@ -99,7 +100,8 @@ def measure(args: argparse.Namespace, work: Path) -> Dict:
     save_s = (result.get("checkpoint_save_s") or float("nan")) / saves
     load_s = result.get("checkpoint_load_s") or float("nan")
     return {
-        "example": args.example, "num_nodes": args.num_nodes, "world_size": 2, "num_workers": args.num_workers,
+        "example": args.example, "num_nodes": args.num_nodes, "world_size": 2,
+        "num_workers": args.num_workers,
         "partition_s": round(partition_s, 2), "batches_per_epoch": per_epoch,
         "checkpoint_every": args.checkpoint_every, "checkpoint_mb": size_mb,
         "checkpoint_save_s": round(save_s, 4), "checkpoint_load_s": load_s,
