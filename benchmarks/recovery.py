@@ -1,8 +1,8 @@
 """Time lost to a killed rank: ``torchrun --max-restarts=1``, 2 ranks, a synthetic graph,
 ``examples/node_classification.py`` (or the embedding example: a checkpoint holding a
 ``DistEmbedding`` row and ``SparseAdam`` state per node) with ``--checkpoint-dir``; rank 1
-SIGKILLs itself
-in the middle of its one epoch (the examples' test hook ``PYG_DIST_TEST_KILL_AT``).
+SIGKILLs itself in the middle of its one epoch (the examples' test hook
+``PYG_DIST_TEST_KILL_AT``).
 
 Reports, as ONE JSON line: checkpoint size, save and load time (and bandwidth), the time
 from the kill to the first batch trained after the restart (restart + process start +
