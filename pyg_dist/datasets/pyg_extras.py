@@ -7,7 +7,7 @@ PyG's distributed examples expect, beside the partition folder ``ROOT/<name>-par
   ``test``): a 1-D tensor of the node ids the script on partition ``i`` uses.
 
 :func:`write_pyg_extras` writes them from a finished pyg_dist partition folder, **in
-pyg_dist's id space** (node ids are relabelled; ``OUT/node_map.pt`` maps new id ->
+pyg_dist's id space** (node ids are relabelled; ``OUT/part_<p>/node_ids.pt`` maps new id ->
 original id): ``label.pt`` is ``y`` ordered by new global id, and ``partition<i>.pt``
 holds the new global ids of the split's nodes that partition ``i`` owns. Both are read
 partition by partition from ``node_feats.pt`` (memory-mapped) and ``splits.pt``; every

@@ -2,7 +2,8 @@
 
 :func:`partition_uid` hashes the ``META.json`` fields that define the partitioning
 (:data:`IDENTITY_FIELDS`: counts, types, offsets, attribute specs, method and seed)
-and the id maps (new -> old id per node type and per edge type). Arrays are hashed
+and every partition's digest of its id maps (original ids of its nodes and edges per
+type, :func:`part_digest`). Arrays are hashed
 in blocks straight from their memory, so no copy of the graph is made. The same data,
 method and seed give the same uid; another seed, another uid.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 from torch import Tensor
@@ -49,21 +50,31 @@ def _update(digest: "hashlib._Hash", name: str, array: ArrayLike) -> None:
         digest.update(block)
 
 
-def partition_uid(meta_json: Mapping[str, Any], node_maps: Mapping[Any, ArrayLike],
-                  edge_maps: Mapping[Any, ArrayLike]) -> str:
+def part_digest(node_ids: Mapping[Any, ArrayLike], edge_ids: Mapping[Any, ArrayLike]) -> str:
+    """A hex sha256 of one partition's id maps: per node type the original ids of the
+    nodes it owns, per edge type (tuple or ``"src__rel__dst"`` key) the original ids of
+    its edges, both in new-id order."""
+    digest = hashlib.sha256()
+    for kind, maps in (("node", node_ids), ("edge", edge_ids)):
+        named = {k if isinstance(k, str) else edge_key(k): v for k, v in maps.items()}
+        for name in sorted(named):
+            _update(digest, f"{kind}:{name}", named[name])
+    return digest.hexdigest()
+
+
+def partition_uid(meta_json: Mapping[str, Any], part_digests: Sequence[str]) -> str:
     """A hex sha256 identifying a partitioning.
+
+    Partitions are hashed one by one (:func:`part_digest`), so a writer never needs
+    more than one partition's id maps at once, and writers on several machines can
+    each hash their own.
 
     Args:
         meta_json (Mapping): the ``META.json`` document (or part of it); only
             :data:`IDENTITY_FIELDS` are hashed (per-partition statistics are not).
-        node_maps (Mapping): per node type, new global id -> original id.
-        edge_maps (Mapping): per edge type (tuple or ``"src__rel__dst"`` key), new
-            global edge id -> original edge id.
+        part_digests (Sequence[str]): :func:`part_digest` of every partition, in order.
     """
     digest = hashlib.sha256()
     digest.update(_canonical({k: meta_json[k] for k in IDENTITY_FIELDS if k in meta_json}))
-    for kind, maps in (("node", node_maps), ("edge", edge_maps)):
-        named = {k if isinstance(k, str) else edge_key(k): v for k, v in maps.items()}
-        for name in sorted(named):
-            _update(digest, f"{kind}:{name}", named[name])
+    digest.update(_canonical(list(part_digests)))
     return digest.hexdigest()

@@ -24,13 +24,16 @@ from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
 PathLike = Union[str, os.PathLike]
 
 META_FILE = "META.json"
-NODE_MAP_FILE = "node_map.pt"
-EDGE_MAP_FILE = "edge_map.pt"
+NODE_MAP_FILE = "node_map.pt"  # version 1: new -> original id of every node, at the root
+EDGE_MAP_FILE = "edge_map.pt"  # version 1: likewise for edges
 GRAPH_FILE = "graph.pt"
 NODE_FEATS_FILE = "node_feats.pt"
 EDGE_FEATS_FILE = "edge_feats.pt"
 SPLITS_FILE = "splits.pt"
+NODE_IDS_FILE = "node_ids.pt"  # version 2: original ids of the nodes a partition owns
+EDGE_IDS_FILE = "edge_ids.pt"  # version 2: original ids of a partition's edges
 PART_FILES = (GRAPH_FILE, NODE_FEATS_FILE, EDGE_FEATS_FILE, SPLITS_FILE)
+ID_FILES = (NODE_IDS_FILE, EDGE_IDS_FILE)
 
 
 def part_dir(root: PathLike, part: int) -> Path:
@@ -118,7 +121,8 @@ def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
     folder = part_dir(root, part)
     if not folder.is_dir():
         raise PartitionFormatError(f"partition folder {folder} is missing")
-    missing = [f for f in PART_FILES if not (folder / f).is_file()]
+    files = PART_FILES + (ID_FILES if meta.version >= 2 else ())
+    missing = [f for f in files if not (folder / f).is_file()]
     if missing:
         raise PartitionFormatError(f"partition folder {folder} is missing {', '.join(missing)}")
     return folder

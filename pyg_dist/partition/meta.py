@@ -1,11 +1,12 @@
-"""``META.json``: the versioned description of a partitioned graph (format v1).
+"""``META.json``: the versioned description of a partitioned graph (format v2; v1 read).
 
 Homogeneous graphs are written with plain values (``num_nodes: 2708``,
 ``node_offsets: [0, 1354, 2708]``), heterogeneous ones with dicts keyed by node
 type or by ``"src__rel__dst"`` edge key, as DESIGN contract 3 says. In memory both
 are held as dicts keyed by type, so the rest of the code has one path.
 
-Fields: ``format`` (``"pyg_dist"``), ``version`` (1), ``num_parts``, ``is_hetero``,
+Fields: ``format`` (``"pyg_dist"``), ``version`` (2; folders of version 1 are read too:
+they differ only in where the id maps live, see :mod:`pyg_dist.partition.io`), ``num_parts``, ``is_hetero``,
 ``node_types``, ``edge_types`` (``[src, rel, dst]`` lists), ``num_nodes``,
 ``num_edges``, ``node_offsets``, ``edge_offsets``, ``node_attrs``/``edge_attrs``
 (per type, attribute name -> ``{"dtype": "float32", "shape": [per-row shape]}``),
@@ -38,7 +39,8 @@ from pyg_dist.typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key,
                              parse_edge_key)
 
 FORMAT = "pyg_dist"
-VERSION = 1
+VERSION = 2  #: written; v2 keeps each partition's original ids in its own folder
+READS = (1, 2)  #: versions read
 _UID = re.compile(r"[0-9a-f]{64}")
 
 __all__ = ["FORMAT", "VERSION", "AttrSpec", "PartStats", "PartitionMeta",
@@ -126,6 +128,7 @@ class PartitionMeta:
     parts: Tuple[PartStats, ...] = ()
     uid: str = ""
     uid_derived: bool = False
+    version: int = VERSION
 
     def node_type(self, group: Optional[NodeType]) -> NodeType:
         """Resolves a user-given node type (``None`` for homogeneous graphs)."""
@@ -191,7 +194,7 @@ class PartitionMeta:
             return {edge_key(k): v for k, v in values.items()}
 
         doc = {
-            "format": FORMAT, "version": VERSION, "num_parts": self.num_parts,
+            "format": FORMAT, "version": self.version, "num_parts": self.num_parts,
             "is_hetero": self.is_hetero, "node_types": list(self.node_types),
             "edge_types": [list(t) for t in self.edge_types],
             "num_nodes": by_node(self.num_nodes), "num_edges": by_edge(self.num_edges),
@@ -250,6 +253,7 @@ class PartitionMeta:
             seed=doc.get("seed", 0).as_int(),
             parts=tuple(PartStats.from_json(p) for p in doc.get("parts", []).as_list()),
             uid=uid.value if has_uid else fallback_uid(obj), uid_derived=not has_uid,
+            version=int(obj["version"]),
         )
         meta.validate(source)
         return meta
@@ -286,10 +290,11 @@ def _check_header(doc: Field) -> None:
     if obj.get("format") != FORMAT:
         raise PartitionFormatError(f"{doc.source}: format is {obj.get('format')!r}, "
                                    f"expected {FORMAT!r}: not a pyg_dist partition")
-    if obj.get("version") != VERSION:
+    if obj.get("version") not in READS or isinstance(obj.get("version"), bool):
         raise PartitionFormatError(
             f"{doc.source}: format version {obj.get('version')!r} is not supported by this "
-            f"pyg_dist (reads version {VERSION}); re-partition the graph with this version")
+            f"pyg_dist (reads versions {', '.join(map(str, READS))}); re-partition the graph "
+            f"with this version")
     required = ("num_parts", "is_hetero", "node_types", "edge_types", "num_nodes",
                 "num_edges", "node_offsets", "edge_offsets")
     missing: List[str] = [k for k in required if k not in obj]

@@ -22,7 +22,7 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.partition import io
 from pyg_dist.partition.assign import METHODS, assign, check_given
-from pyg_dist.partition.identity import partition_uid
+from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import csc_order, gather_sources, outside_nodes
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
 from pyg_dist.partition.progress import track
@@ -188,16 +188,12 @@ class Partitioner:
                 tables.edge_index, "ordering edges")}
             laps.lap("order_edges")
             meta = self._meta(nodes, edges)
-            uid = partition_uid(meta.to_json(), {t: o.new_to_old for t, o in nodes.items()},
-                                {t: o.order for t, o in edges.items()})
+            uid = partition_uid(meta.to_json(), [part_digest(*self._part_ids(p, nodes, edges))
+                                                 for p in range(self.num_parts)])
             laps.lap("uid")
             stats = [self._write_part(tmp, p, nodes, edges, uid)
                      for p in self._bar(range(self.num_parts), "writing partitions")]
             meta = replace(meta, parts=tuple(stats), uid=uid)
-            io.save_pt(self._by_type({t: torch.from_numpy(o.new_to_old)
-                                      for t, o in nodes.items()}), tmp / io.NODE_MAP_FILE)
-            io.save_pt(self._by_type({edge_key(t): torch.from_numpy(o.order)
-                                      for t, o in edges.items()}), tmp / io.EDGE_MAP_FILE)
             io.save_json(meta.to_json(), tmp / io.META_FILE)
         laps.lap("write")
         self.timings = PartitionTimings(time.perf_counter() - start, assignment.metis_s,
@@ -229,11 +225,23 @@ class Partitioner:
         io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
         io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
         io.save_pt(splits, folder / io.SPLITS_FILE)
+        node_ids, edge_ids = self._part_ids(part, nodes, edges)
+        io.save_pt(self._by_type({t: torch.from_numpy(v) for t, v in node_ids.items()}),
+                   folder / io.NODE_IDS_FILE)
+        io.save_pt(self._by_type({edge_key(t): torch.from_numpy(v) for t, v in edge_ids.items()}),
+                   folder / io.EDGE_IDS_FILE)
         return PartStats(
             owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
             halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},
             edges=n_edges, cut_edges=n_cut,
             train_nodes=sum(int(s["train"].numel()) for s in splits.values() if "train" in s))
+
+    @staticmethod
+    def _part_ids(part: int, nodes: Dict[NodeType, NodeOrder],
+                  edges: Dict[EdgeType, EdgeOrder]) -> tuple:
+        """Original ids of the nodes partition ``part`` owns and of its edges (views)."""
+        return ({t: o.new_to_old[o.offsets[part]:o.offsets[part + 1]] for t, o in nodes.items()},
+                {t: o.order[o.offsets[part]:o.offsets[part + 1]] for t, o in edges.items()})
 
     def _part_edges(self, part: int, nodes: Dict[NodeType, NodeOrder],
                     edges: Dict[EdgeType, EdgeOrder]) -> tuple:

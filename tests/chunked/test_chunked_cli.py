@@ -13,6 +13,7 @@ from pyg_dist.chunked import read_chunked
 from pyg_dist.cli.chunk import main as chunk_main
 from pyg_dist.cli.partition import main as partition_main
 from pyg_dist.partition import io
+from pyg_dist.partition.id_maps import read_id_map
 
 SYNTHETIC = ["--dataset", "synthetic", "--num-nodes", "300", "--avg-degree", "6",
              "--feat-dim", "4", "--num-classes", "3", "--seed", "3"]
@@ -20,8 +21,8 @@ SYNTHETIC = ["--dataset", "synthetic", "--num-nodes", "300", "--avg-degree", "6"
 
 def _same_partitions(a: Path, b: Path) -> None:
     assert json.loads((a / io.META_FILE).read_text()) == json.loads((b / io.META_FILE).read_text())
-    for name in (io.NODE_MAP_FILE, io.EDGE_MAP_FILE):
-        got, want = io.load_pt(a / name), io.load_pt(b / name)
+    for kind in ("node", "edge"):
+        got, want = read_id_map(a, kind), read_id_map(b, kind)
         if isinstance(want, dict):
             assert got.keys() == want.keys()
             assert all(torch.equal(got[k], want[k]) for k in want)

@@ -22,6 +22,7 @@ from pyg_dist import LocalFeatureStore, LocalGraphStore
 from pyg_dist.datasets.synthetic import community_graph
 from pyg_dist.partition import io
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
+from pyg_dist.partition.id_maps import read_id_map
 
 SPLITS = ("train", "val", "test")
 
@@ -170,7 +171,7 @@ def check_converted(src: PygFolder, out: Path, labels: bool = True) -> None:
     meta = io.read_meta(out)
     hetero = meta.is_hetero
     assert meta.num_parts == src.num_parts and meta.method == "given"
-    node_map = io.load_pt(out / io.NODE_MAP_FILE)
+    node_map = read_id_map(out)
     node_map = node_map if hetero else {HOMO_NODE: node_map}
     stores = [(LocalGraphStore.from_partition(out, p), LocalFeatureStore.from_partition(out, p))
               for p in range(src.num_parts)]

@@ -11,6 +11,7 @@ from pyg_dist.cli.convert import main
 from pyg_dist.convert import convert_pyg_partitions
 from pyg_dist.partition import io
 from pyg_dist.typing import HOMO_NODE
+from pyg_dist.partition.id_maps import read_id_map
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple:
@@ -51,7 +52,7 @@ def test_pyg_extras_are_written_in_our_id_space(pyg_homo, tmp_path: Path, capsys
                         "--trust-pickles", "--quiet", "--pyg-extras")
     assert code == 0, err
     meta = io.read_meta(out)
-    node_map = io.load_pt(out / io.NODE_MAP_FILE)
+    node_map = read_id_map(out)
     label = torch.load(tmp_path / "Toy-label" / "label.pt", weights_only=True)
     assert torch.equal(label, pyg_homo.data.y[node_map])  # ordered by new global id
     offsets = meta.node_offsets[HOMO_NODE]
@@ -73,7 +74,7 @@ def test_hetero_pyg_extras_use_the_label_node_type(pyg_hetero, tmp_path: Path, c
                         "--trust-pickles", "--quiet", "--pyg-extras",
                         "--label-node-type", "paper")
     assert code == 0, err
-    node_map = io.load_pt(out / io.NODE_MAP_FILE)["paper"]
+    node_map = read_id_map(out)["paper"]
     label = torch.load(tmp_path / "Mag-label" / "label.pt", weights_only=True)
     assert torch.equal(label, pyg_hetero.data["paper"].y[node_map])
     train = torch.cat([torch.load(tmp_path / "Mag-train-partitions" / f"partition{i}.pt")

@@ -11,6 +11,7 @@ import torch_geometric.datasets as pyg_datasets
 from pyg_dist import LocalFeatureStore
 from pyg_dist.cli.partition import main
 from pyg_dist.partition import io
+from pyg_dist.partition.id_maps import read_id_map
 
 
 def _cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple:
@@ -21,7 +22,7 @@ def _cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple:
 
 def _check_rows(out: Path, num_parts: int, node_type=None) -> None:
     """Every stored x row is the one of its original node (x[:, 0] encodes the id)."""
-    node_map = torch.load(out / io.NODE_MAP_FILE, weights_only=True)
+    node_map = read_id_map(out)
     node_map = node_map[node_type] if node_type else node_map
     for part in range(num_parts):
         store = LocalFeatureStore.from_partition(out, part)
@@ -111,7 +112,7 @@ def test_partitions_ogb_mag_with_pyg_extras(raw, tmp_path: Path, capsys) -> None
     meta = io.read_meta(out)
     assert meta.is_hetero and meta.num_nodes == raw.MAG_TYPES
     _check_rows(out, 2, "paper")
-    node_map = torch.load(out / io.NODE_MAP_FILE, weights_only=True)["paper"]
+    node_map = read_id_map(out)["paper"]
     label = torch.load(tmp_path / "mag-label" / "label.pt", weights_only=True)
     assert label.tolist() == torch.from_numpy(raw.LABELS)[node_map].tolist()
     train = torch.cat([torch.load(tmp_path / "mag-train-partitions" / f"partition{i}.pt",

@@ -27,6 +27,7 @@ from pyg_dist.partition import io
 from pyg_dist.testing import free_port
 from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.partition.id_maps import read_id_map
 from test_training import Job, assert_no_leftovers, processes_with, start
 
 JOB = Path(__file__).resolve().parent / "elastic_job.py"
@@ -83,7 +84,7 @@ def finish(cmd: List[str], proc: subprocess.Popen, marker: str, timeout: float) 
 def check_samples(data, root: Path, out: Path, incarnation: Optional[int], job: Job) -> None:
     """Both ranks of ``incarnation`` (their restart count; ``None``: any) sampled all
     their seeds, each batch exactly."""
-    node_map = io.load_pt(root / io.NODE_MAP_FILE)
+    node_map = read_id_map(root)
     for rank in range(2):
         paths = list(out.glob(f"inc{'*' if incarnation is None else incarnation}_rank{rank}.json"))
         assert len(paths) == 1, f"rank {rank} of incarnation {incarnation} wrote no result\n" \

@@ -21,6 +21,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader, L
 from pyg_dist.partition import io
 from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.partition.id_maps import read_id_map
 
 
 def _open(root: str, init_pg: bool = True):
@@ -50,8 +51,8 @@ def _ddp_step(ctx: DistContext) -> None:
 
 def _node_job(root: str, edge_index, y, num_workers: int) -> Dict:
     ctx, data = _open(root)
-    node_map = io.load_pt(Path(root) / io.NODE_MAP_FILE)
-    edge_map = io.load_pt(Path(root) / io.EDGE_MAP_FILE)
+    node_map = read_id_map(Path(root))
+    edge_map = read_id_map(Path(root), "edge")
     ids = node_split(data, "train", ctx)
     if ctx.rank == 1:
         ids = ids[:5]  # uneven seeds: rank 1 has one batch, rank 0 several
@@ -102,7 +103,7 @@ def test_node_loader_two_ranks_uneven_seeds(cora2, num_workers):
 
 def _link_job(root: str, edge_index) -> Dict:
     ctx, data = _open(root)
-    node_map = io.load_pt(Path(root) / io.NODE_MAP_FILE)
+    node_map = read_id_map(Path(root))
     existing = set(map(tuple, edge_index.t().tolist()))
     seeds = edge_split(data, ctx)
     loader = DistLinkNeighborLoader(data=data, num_neighbors=[5, 5], edge_label_index=seeds,
@@ -137,7 +138,7 @@ def test_link_loader_positives_are_edges_negatives_are_not(cora2):
 
 def _hetero_job(root: str, hetero) -> Dict:
     ctx, data = _open(root, init_pg=False)  # the loader initialises the process group
-    node_map = io.load_pt(Path(root) / io.NODE_MAP_FILE)
+    node_map = read_id_map(Path(root))
     ids = node_split(data, "train", ctx, node_type="paper", force_even=True)
     loader = DistNeighborLoader(data=data, num_neighbors=[4, 3], input_nodes=("paper", ids),
                                 batch_size=32, current_ctx=ctx)

@@ -21,6 +21,7 @@ from pyg_dist.sampler.direct import ENV as DIRECT_ENV
 from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
+from pyg_dist.partition.id_maps import read_id_map
 
 HOPS = 2
 
@@ -98,8 +99,8 @@ def hetero_parts(hetero_graph, tmp_path_factory):
 
 
 def _maps(root: Path, is_hetero: bool):
-    node_map = io.load_pt(root / io.NODE_MAP_FILE)
-    edge_map = io.load_pt(root / io.EDGE_MAP_FILE)
+    node_map = read_id_map(root)
+    edge_map = read_id_map(root, "edge")
     if not is_hetero:
         return {HOMO_NODE: node_map}, {HOMO_EDGE: edge_map}
     meta = io.read_meta(root)

@@ -15,6 +15,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
 from pyg_dist.loader.producer import BatchTask
 from pyg_dist.partition import io
 from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.partition.id_maps import read_id_map
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +24,8 @@ def relabelled(cora, tmp_path_factory):
     data = encode_ids(cora)
     root = tmp_path_factory.mktemp("cora_collate")
     Partitioner(data, 1, root, progress=False).generate()
-    node_map = io.load_pt(root / io.NODE_MAP_FILE)
-    edge_map = io.load_pt(root / io.EDGE_MAP_FILE)
+    node_map = read_id_map(root)
+    edge_map = read_id_map(root, "edge")
     old_to_new = torch.empty_like(node_map)
     old_to_new[node_map] = torch.arange(node_map.numel())
     same = Data(x=data.x[node_map], y=data.y[node_map], nid=data.nid[node_map],

@@ -9,6 +9,7 @@ import torch
 from pyg_dist.cli.partition import main
 from pyg_dist.datasets.pyg_extras import extras_layout
 from pyg_dist.partition import io
+from pyg_dist.partition.id_maps import read_id_map
 
 
 def _load(path: Path) -> torch.Tensor:
@@ -31,7 +32,7 @@ def test_cora_extras_in_pyg_dist_ids(cora, planetoid_root: Path, tmp_path: Path,
     out = tmp_path / "Cora-partitions"
     _partition_cora(capsys, planetoid_root, out, 2)
     meta = io.read_meta(out)
-    node_map = _load(out / io.NODE_MAP_FILE)
+    node_map = read_id_map(out)
     label = _load(tmp_path / "Cora-label" / "label.pt")
     assert label.shape == (cora.num_nodes,) and label.dtype == cora.y.dtype
     assert torch.equal(label, cora.y[node_map])  # label[new] == y[node_map[new]]
@@ -62,7 +63,7 @@ def test_rerun_refuses_then_overwrites_and_drops_stale_files(planetoid_root: Pat
     assert not (tmp_path / "p2").exists()
     _partition_cora(capsys, planetoid_root, out, 2, "--overwrite")
     assert sorted(p.name for p in train_dir.iterdir()) == ["partition0.pt", "partition1.pt"]
-    node_map = _load(out / io.NODE_MAP_FILE)
+    node_map = read_id_map(out)
     offsets = io.read_meta(out).node_offsets["_N"]
     assert int(_load(train_dir / "partition1.pt").min()) >= offsets[1]
     assert _load(tmp_path / "Cora-label" / "label.pt").numel() == node_map.numel()
@@ -74,7 +75,7 @@ def test_hetero_extras_describe_the_labelled_type(tmp_path: Path, capsys) -> Non
     out = tmp_path / "hs-partitions"
     code, err = _cli(capsys, *base, "--out", str(out), "--pyg-extras")
     assert code == 0, err
-    node_map = _load(out / io.NODE_MAP_FILE)["paper"]
+    node_map = read_id_map(out)["paper"]
     label = _load(tmp_path / "hs-label" / "label.pt")
     assert label.numel() == node_map.numel() == io.read_meta(out).num_nodes["paper"]
     code, err = _cli(capsys, *base, "--out", str(tmp_path / "o2"), "--pyg-extras",

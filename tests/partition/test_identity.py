@@ -13,6 +13,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.datasets.synthetic import community_graph
 from pyg_dist.partition import io
+from pyg_dist.partition.id_maps import read_id_map
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -42,8 +43,8 @@ def test_uid_is_recorded_deterministic_and_differs_between_seeds(runs: dict) -> 
     assert HEX64.fullmatch(meta_a.uid), meta_a.uid
     assert meta_a.uid == meta_b.uid  # same data + seed: same uid
     assert meta_a.uid != meta_c.uid  # another seed: another partitioning
-    assert not torch.equal(io.load_pt(root_a / io.NODE_MAP_FILE),
-                           io.load_pt(root_c / io.NODE_MAP_FILE))
+    assert not torch.equal(read_id_map(root_a),
+                           read_id_map(root_c))
     assert json.loads((root_a / io.META_FILE).read_text())["uid"] == meta_a.uid
     assert io.read_meta(root_a).uid == meta_a.uid
     for part in range(3):
@@ -53,15 +54,18 @@ def test_uid_is_recorded_deterministic_and_differs_between_seeds(runs: dict) -> 
 
 
 def test_uid_depends_on_the_maps_not_only_on_meta() -> None:
-    from pyg_dist.partition.identity import partition_uid
+    from pyg_dist.partition.identity import part_digest, partition_uid
+
+    def uid(parts, edges=None):
+        return partition_uid(fields, [part_digest({"_N": torch.tensor(p)}, edges or {})
+                                      for p in parts])
 
     fields = {"num_parts": 2, "node_offsets": [0, 2, 4]}
-    first = partition_uid(fields, {"_N": torch.tensor([0, 1, 2, 3])}, {})
-    again = partition_uid(fields, {"_N": torch.tensor([0, 1, 2, 3])}, {})
-    other = partition_uid(fields, {"_N": torch.tensor([1, 0, 2, 3])}, {})
-    edges = partition_uid(fields, {"_N": torch.tensor([0, 1, 2, 3])},
-                          {("_N", "_E", "_N"): torch.tensor([1, 0])})
-    assert first == again and len({first, other, edges}) == 3
+    first, again = uid([[0, 1], [2, 3]]), uid([[0, 1], [2, 3]])
+    other = uid([[1, 0], [2, 3]])
+    moved = uid([[0, 2], [1, 3]])  # the same ids, another partition
+    edges = uid([[0, 1], [2, 3]], {("_N", "_E", "_N"): torch.tensor([1, 0])})
+    assert first == again and len({first, other, moved, edges}) == 4
 
 
 def test_partition_folder_from_another_run_is_refused(runs: dict, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.partition import io
+from pyg_dist.partition.id_maps import read_id_map
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def metis_calls(monkeypatch: pytest.MonkeyPatch) -> list:
 
 def _owner_of_original(root: Path, meta) -> Dict[str, np.ndarray]:
     """Per node type, the partition that owns each original node id."""
-    node_map = io.load_pt(root / io.NODE_MAP_FILE)
+    node_map = read_id_map(root)
     if not meta.is_hetero:
         node_map = {meta.node_types[0]: node_map}
     owner = {}
@@ -59,7 +60,7 @@ def test_recursive_metis_is_valid_balanced_and_recorded(graph, tmp_path: Path,
     assert meta.method == "metis-recursive" and io.read_meta(tmp_path / "r").method == meta.method
     owned = [p.owned_nodes["_N"] for p in meta.parts]
     assert sum(owned) == 1200 and max(owned) <= 1.03 * 1200 / 4 + 1, owned
-    node_map = io.load_pt(tmp_path / "r" / io.NODE_MAP_FILE)
+    node_map = read_id_map(tmp_path / "r")
     assert torch.equal(torch.sort(node_map).values, torch.arange(1200))
     for p in range(4):  # every partition loads
         LocalGraphStore.from_partition(tmp_path / "r", p)

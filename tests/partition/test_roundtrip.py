@@ -10,11 +10,12 @@ from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.partition import io
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import edge_key
+from pyg_dist.partition.id_maps import read_id_map
 
 
 def _maps(root: Path, tables: GraphTables):
-    node_map = io.load_pt(root / io.NODE_MAP_FILE)
-    edge_map = io.load_pt(root / io.EDGE_MAP_FILE)
+    node_map = read_id_map(root)
+    edge_map = read_id_map(root, "edge")
     if not tables.is_hetero:
         node_map = {t: node_map for t in tables.num_nodes}
         edge_map = {t: edge_map for t in tables.edge_index}
@@ -130,8 +131,8 @@ def test_coarsen_needs_metis(cora, tmp_path: Path) -> None:
 def test_deterministic(cora, tmp_path: Path) -> None:
     for i in range(2):
         Partitioner(cora, 3, tmp_path / str(i), seed=7, progress=False).generate()
-    for name in (io.NODE_MAP_FILE, io.EDGE_MAP_FILE):
-        assert torch.equal(io.load_pt(tmp_path / "0" / name), io.load_pt(tmp_path / "1" / name))
+    for kind in ("node", "edge"):
+        assert torch.equal(read_id_map(tmp_path / "0", kind), read_id_map(tmp_path / "1", kind))
     assert (tmp_path / "0" / io.META_FILE).read_text() == (tmp_path / "1" / io.META_FILE).read_text()
 
 
