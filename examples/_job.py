@@ -20,7 +20,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -79,6 +79,12 @@ def base_parser(description: str, epochs: int, batch_size: int, lr: float, hidde
     p.add_argument("--no-mmap", action="store_true",
                    help="read the partition into this process's memory instead of mapping "
                         "it (mapped: one copy per machine, shared by every trainer)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="save the training state here (model, optimizers, embeddings, loader "
+                        "positions) and resume from it on start, e.g. after torchrun "
+                        "--max-restarts restarted the job")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="save every N training batches (0: at the end of every epoch)")
     p.add_argument("--wire-dtype", choices=["bf16", "fp16"], default=None,
                    help="peers send float32 features as bfloat16/float16 (half the bytes "
                         "over the network, values rounded; default: as stored)")
@@ -98,6 +104,8 @@ class Job:
     open_s: float = float("nan")  # seconds to open the partition's stores
     mmap: bool = True
     memory: Dict[str, Any] = field(default_factory=dict)  # recorded by finish()
+    resumed_from: Optional[int] = None  # the checkpoint step this run resumed from
+    checkpoint: Dict[str, Any] = field(default_factory=dict)  # save/load figures
 
     @property
     def is_main(self) -> bool:
@@ -258,7 +266,8 @@ def emit(job: Job, results: Dict[str, Any], args: argparse.Namespace) -> None:
     common = {"num_parts": job.meta.num_parts, "world_size": job.ctx.world_size,
               "epochs": args.epochs, "batch_size": args.batch_size,
               "num_workers": args.num_workers, "device": job.device.type,
-              "wire_dtype": args.wire_dtype,
+              "wire_dtype": args.wire_dtype, "resumed_from": job.resumed_from,
+              **job.checkpoint,
               "total_s": round(time.perf_counter() - job.started, 2), **job.memory}
     clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in results.items()}
     print(json.dumps({**clean, **common}), flush=True)  # NaN (not measured) -> null

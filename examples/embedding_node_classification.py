@@ -77,8 +77,10 @@ def main() -> None:
     J.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
                f"embedding={num_nodes}x{args.embedding_dim} classes={classes} "
                f"train batches/epoch={len(loaders[0])}")
+    ckpt = E.Checkpoints(job, args, ddp, [dense, sparse], embeddings=[emb], loaders=loaders)
+    ckpt.resume()
     results = E.fit(job, args, loaders, N.classify_step(predict(ddp), [dense, sparse]),
-                    lambda loader: N.accuracy(job, model, loader, predict(model)))
+                    lambda loader: N.accuracy(job, model, loader, predict(model)), ckpt)
     if args.checkpoint:
         save_checkpoint(args.checkpoint, embeddings=[emb], optimizers=[sparse])
         J.log(job, f"saved the embedding and SparseAdam state to {args.checkpoint}")

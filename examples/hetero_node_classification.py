@@ -100,8 +100,11 @@ def main() -> None:
     loaders = N.node_loaders(job, args, *N.splits(args), node_type=args.target)
     J.log(job, f"world_size={job.ctx.world_size} partitions={meta.num_parts} node types="
                f"{list(meta.node_types)} classes={classes} train batches/epoch={len(loaders[0])}")
+    ckpt = E.Checkpoints(job, args, ddp, [optimizer], loaders=loaders)
+    ckpt.resume()
     results = E.fit(job, args, loaders, N.classify_step(predict(ddp, args.target), [optimizer]),
-                    lambda loader: N.accuracy(job, model, loader, predict(model, args.target)))
+                    lambda loader: N.accuracy(job, model, loader, predict(model, args.target)),
+                    ckpt)
     J.finish(job, loaders)
     J.emit(job, results, args)
 

@@ -154,8 +154,9 @@ def main() -> None:
                f"batches/epoch={len(loaders['train'])} device={job.device}")
     history, val_auc = [], float("nan")
     step = train_step(ddp, optimizer)
-    for epoch in range(1, args.epochs + 1):
-        stats = E.run_epoch(job, loaders["train"], step, desc=f"epoch {epoch} train")
+    ckpt = E.Checkpoints(job, args, ddp, [optimizer], loaders=list(loaders.values()))
+    ckpt.resume()
+    for epoch, stats in E.train_epochs(job, args, loaders["train"], step, ckpt):
         history.append(stats)
         if not args.skip_eval:
             val_auc = evaluate(job, model, loaders["val"])

@@ -64,8 +64,10 @@ def main() -> None:
                              train_options={"feature_cache": args.feature_cache})
     J.log(job, f"world_size={job.ctx.world_size} partitions={job.meta.num_parts} "
                f"classes={classes} train batches/epoch={len(loaders[0])} device={job.device}")
+    ckpt = E.Checkpoints(job, args, ddp, [optimizer], loaders=loaders)
+    ckpt.resume()
     results = E.fit(job, args, loaders, N.classify_step(predict(ddp), [optimizer]),
-                    lambda loader: N.accuracy(job, model, loader, predict(model)))
+                    lambda loader: N.accuracy(job, model, loader, predict(model)), ckpt)
     results.update(N.cache_report(loaders[0]))
     J.finish(job, loaders)
     J.emit(job, results, args)

@@ -13,13 +13,11 @@ rank and the field.
 """
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import torch
 from torch import Tensor
@@ -27,8 +25,10 @@ from torch_geometric.sampler import NegativeSampling
 
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.compat import accept_pyg_options
-from pyg_dist.loader.producer import BatchProducer, ProducerSpec
+from pyg_dist.loader.iterators import _Iterator, _LoopIterator, _WorkerIterator
+from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
+from pyg_dist.loader.state import VERSION, LoaderState, digest
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
@@ -81,7 +81,9 @@ class DistLoader:
         even_batches (bool): every rank yields the same number of batches (a rank with
             fewer repeats its own; every rank needs at least one). Needed for DDP
             training; evaluation may disable it.
-        seed (int): base seed of shuffling and sampling.
+        seed (int): base seed of shuffling (``seed + epoch``) and sampling (batch ``i`` of
+            epoch ``e`` draws from ``(seed, e, i, rank)``, whatever ran before it, so
+            :meth:`load_state_dict` resumes mid-epoch exactly).
         pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
         feature_cache (int or float, optional): cache the node attributes of the remote
             nodes this partition's edges reference most (bytes, or a fraction of the
@@ -140,6 +142,8 @@ class DistLoader:
         self.plan = EpochPlan(seeds.num_seeds, batch_size,
                               max(counts) if even_batches else own, shuffle, drop_last, seed)
         self.epoch = 0
+        self._resume: Optional[LoaderState] = None  # set by load_state_dict
+        self._position = (0, 0)  # (epoch, first batch) of the current iteration
         self._runs = itertools.count()  # tags worker results of each iteration
         self._producer = BatchProducer(self.sampler, self.spec)
         self._pool: Optional[WorkerPool] = None
@@ -209,19 +213,68 @@ class DistLoader:
             self._iterator = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch whose shuffle the next iteration uses (default: counts up)."""
+        """Sets the epoch whose shuffle the next iteration uses (default: counts up).
+        A position loaded by :meth:`load_state_dict` is kept only for its own epoch."""
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Batch]:
         if self._iterator is not None:
             self._iterator.close()
-        tasks = [self._inputs(p) for p in self.plan.batches(self.epoch)]
+        epoch, start = self.epoch, 0
+        if self._resume is not None and self._resume.epoch == epoch:
+            start = self._resume.batch
+        self._resume = None
+        seed, rank = self.spec.sampler_kwargs.get("seed") or 0, self.ctx.rank
+        tasks = [BatchTask(self._inputs(p), (seed, epoch, i, rank))
+                 for i, p in enumerate(self.plan.batches(epoch)) if i >= start]
         if self.num_workers > 0:
             self._iterator = _WorkerIterator(self, tasks, next(self._runs))
         else:
             self._iterator = _LoopIterator(self, tasks)
+        self._position = (epoch, start)
         self.epoch += 1
         return self._iterator
+
+    # ---- position: state_dict / load_state_dict ----------------------------------------
+    def _state(self, epoch: int, batch: int) -> LoaderState:
+        if batch >= self.plan.num_batches:  # the epoch is over: the next one is due
+            epoch, batch = epoch + 1, 0
+        plan = self.plan
+        return LoaderState(VERSION, self.spec.kind, epoch, batch, plan.num_batches,
+                           plan.batch_size, plan.shuffle, plan.drop_last, plan.seed,
+                           plan.num_seeds, digest(self._seed_ids()),
+                           digest(sorted(self.spec.sampler_kwargs.items(), key=str)),
+                           self.ctx.world_size, self.ctx.rank)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The loader's position as plain values: the epoch of the next batch, the
+        batches of that epoch already yielded, and what decides the batches (checked by
+        :meth:`load_state_dict`). Take it after training on a batch: that batch counts
+        as done. Sampler randomness needs no state (seeded per batch)."""
+        if self._iterator is not None:
+            epoch, start = self._position
+            return self._state(epoch, start + self._iterator.yielded).to_dict()
+        if self._resume is not None and self._resume.epoch == self.epoch:
+            return self._resume.to_dict()
+        return self._state(self.epoch, 0).to_dict()
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resumes at a position from :meth:`state_dict`: the next iteration yields exactly
+        the batches of that epoch not yet yielded, later ones whole epochs as usual.
+
+        Raises:
+            ValueError: naming the field, when ``state`` is malformed or comes from a
+                loader with other options, seeds or world size (or another rank).
+        """
+        loaded = LoaderState.from_dict(state, f"{type(self).__name__} state")
+        loaded.check_matches(self._state(0, 0), f"{type(self).__name__} state")
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
+        self.epoch, self._resume = loaded.epoch, loaded
+
+    def _seed_ids(self) -> Tensor:
+        raise NotImplementedError
 
     def _finish(self, batch: Batch) -> Batch:
         if self.transform is not None:
@@ -292,83 +345,3 @@ def _check_sizes(batch_size: int, num_workers: int, concurrency: int) -> None:
                              ("concurrency", concurrency, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-class _Iterator:
-    def __iter__(self) -> "_Iterator":
-        return self
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class _LoopIterator(_Iterator):
-    """Samples in this process on the asyncio loop, ``concurrency`` batches in flight."""
-
-    def __init__(self, loader: DistLoader, tasks: List[Any]) -> None:
-        self.loader = loader
-        self.tasks: Deque[Any] = collections.deque(tasks)
-        self.pending: Deque[concurrent.futures.Future] = collections.deque()
-        for _ in range(loader.concurrency):
-            self._submit()
-
-    def _submit(self) -> None:
-        if self.tasks:
-            coro = self.loader._producer.produce(self.tasks.popleft())
-            self.pending.append(self.loader.sampler.group.loop.submit(coro))
-
-    def __next__(self) -> Batch:
-        if not self.pending:
-            raise StopIteration
-        future = self.pending.popleft()
-        self._submit()
-        try:
-            batch = future.result(self.loader.batch_timeout)
-        except concurrent.futures.TimeoutError:
-            self.close()
-            raise TimeoutError(f"a batch took longer than {self.loader.batch_timeout:.0f}s") \
-                from None
-        except BaseException:
-            self.close()
-            raise
-        return self.loader._finish(batch)
-
-    def close(self) -> None:
-        for future in self.pending:
-            future.cancel()
-        self.pending.clear()
-        self.tasks.clear()
-
-
-class _WorkerIterator(_Iterator):
-    """Samples in worker processes; results are reordered to the seed order."""
-
-    def __init__(self, loader: DistLoader, tasks: List[Any], run: int) -> None:
-        self.loader, self.tasks, self.run = loader, tasks, run
-        self.pool = loader._worker_pool()
-        self.sent = self.next_index = 0
-        self.ready: Dict[int, Batch] = {}
-        self._fill()
-
-    def _fill(self) -> None:
-        while self.sent < len(self.tasks) and self.sent - self.next_index < self.pool.capacity:
-            self.pool.submit(self.run, self.sent, self.tasks[self.sent])
-            self.sent += 1
-
-    def __next__(self) -> Batch:
-        if self.next_index >= len(self.tasks):
-            raise StopIteration
-        while self.next_index not in self.ready:
-            run, index, batch, error = self.pool.get(self.loader.batch_timeout)
-            if error is not None and run in (self.run, -1):
-                raise RuntimeError(f"sampling failed in a worker process:\n{error}")
-            if run == self.run:
-                self.ready[index] = batch
-        batch = self.ready.pop(self.next_index)
-        self.next_index += 1
-        self._fill()
-        return self.loader._finish(batch)
-
-    def close(self) -> None:
-        self.tasks = self.tasks[:self.sent]  # stale results are skipped by epoch
-        self.next_index = len(self.tasks)

@@ -101,6 +101,9 @@ class DistLinkNeighborLoader(DistLoader):
         return LoaderSeeds("link", self.input_type or graph.meta.edge_types[0], num,
                            _negative(neg_sampling))
 
+    def _seed_ids(self) -> Tensor:
+        return self.edge_label_index
+
     def _inputs(self, positions: Tensor) -> EdgeSamplerInput:
         pick = lambda t: t[positions] if t is not None else None  # noqa: E731
         return EdgeSamplerInput(input_id=positions, row=self.edge_label_index[0, positions],

@@ -96,6 +96,9 @@ class DistNeighborLoader(DistLoader):
         self.input_time = input_time
         return LoaderSeeds("node", self.input_type, self.input_nodes.numel())
 
+    def _seed_ids(self) -> Tensor:
+        return self.input_nodes
+
     def _inputs(self, positions: Tensor) -> NodeSamplerInput:
         time = self.input_time[positions] if self.input_time is not None else None
         return NodeSamplerInput(input_id=positions, node=self.input_nodes[positions],

@@ -3,8 +3,9 @@ and in sampler worker processes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
+import numpy as np
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamplerInput
 
 from pyg_dist.loader.collate import Batch, collate
@@ -28,6 +29,24 @@ class ProducerSpec:
     neg_sampling: Optional[NegativeSampling] = None
 
 
+@dataclass
+class BatchTask:
+    """One batch to build: its sampler input and the key of its random streams.
+
+    Args:
+        inputs: the sampler input (seeds of the batch).
+        rng_key: ``(seed, epoch, batch index, rank)``; every random draw of the batch
+            (hops, negatives) comes from a generator made from it, so a batch samples
+            the same neighbourhoods in-process or in any worker, in any order, and
+            after a resume.
+    """
+    inputs: Union[NodeSamplerInput, EdgeSamplerInput]
+    rng_key: Tuple[int, ...]
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng([int(k) & 0xFFFFFFFFFFFFFFFF for k in self.rng_key])
+
+
 class BatchProducer:
     """Turns a sampler input into a ``Data``/``HeteroData`` batch.
 
@@ -41,12 +60,13 @@ class BatchProducer:
         self.spec = spec
         self.repeats = sampler.config.disjoint or sampler.config.replace
 
-    async def produce(self, inputs: Union[NodeSamplerInput, EdgeSamplerInput]) -> Batch:
+    async def produce(self, task: BatchTask) -> Batch:
+        inputs, rng = task.inputs, task.rng()
         if self.spec.kind == "node":
-            batch = await self.sampler.sample_nodes(inputs)  # type: ignore[arg-type]
+            batch = await self.sampler.sample_nodes(inputs, rng)  # type: ignore[arg-type]
         else:
             batch = await self.sampler.sample_edges(inputs,  # type: ignore[arg-type]
-                                                    self.spec.neg_sampling)
+                                                    self.spec.neg_sampling, rng)
         sub = batch.subgraph
         feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=self.repeats)
         labels = self.sampler.features.labels

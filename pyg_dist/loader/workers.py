@@ -84,9 +84,9 @@ def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerS
             continue
         if task is None:
             return
-        epoch, index, inputs = task
+        epoch, index, batch_task = task
         try:
-            batch = group.loop.run(producer.produce(inputs), timeout=spec.batch_timeout)
+            batch = group.loop.run(producer.produce(batch_task), timeout=spec.batch_timeout)
             results.put((epoch, index, batch, None))
         except Exception:  # reported to the trainer, which raises it
             results.put((epoch, index, None, f"sampler worker {os.getpid()} of rank "

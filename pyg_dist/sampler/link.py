@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
@@ -81,14 +82,23 @@ async def _edge_mask(sampler: "DistNeighborSampler", edge_type: EdgeType, src: T
     return out
 
 
-def _draw(num: int, num_nodes: int, weight: Optional[Tensor]) -> Tensor:
+def _draw(num: int, num_nodes: int, weight: Optional[Tensor],
+          gen: Optional[torch.Generator] = None) -> Tensor:
     if weight is not None:
-        return torch.multinomial(weight.float(), num, replacement=True)
-    return torch.randint(0, num_nodes, (num,))
+        return torch.multinomial(weight.float(), num, replacement=True, generator=gen)
+    return torch.randint(0, num_nodes, (num,), generator=gen)
+
+
+def _generator(rng: Optional[np.random.Generator]) -> Optional[torch.Generator]:
+    """A torch generator seeded from ``rng`` (``None``: torch's global generator)."""
+    if rng is None:
+        return None
+    return torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
 
 
 async def negatives(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Tensor,
-                    num_dst_per_src: int, neg: NegativeSampling) -> Tuple[Tensor, Tensor]:
+                    num_dst_per_src: int, neg: NegativeSampling,
+                    gen: Optional[torch.Generator] = None) -> Tuple[Tensor, Tensor]:
     """Random ``(src, dst)`` non-edges: ``src`` given (or drawn if empty), ``dst`` drawn.
 
     Pairs that turn out to be edges are re-drawn up to :data:`NEGATIVE_ROUNDS` times
@@ -96,12 +106,12 @@ async def negatives(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Te
     """
     n_dst = sampler.meta.num_nodes[edge_type[2]]
     src = src.repeat_interleave(num_dst_per_src)
-    dst = _draw(src.numel(), n_dst, neg.dst_weight)
+    dst = _draw(src.numel(), n_dst, neg.dst_weight, gen)
     for _ in range(NEGATIVE_ROUNDS):
         bad = await _edge_mask(sampler, edge_type, src, dst)
         if not bool(bad.any()):
             break
-        dst[bad] = _draw(int(bad.sum()), n_dst, neg.dst_weight)
+        dst[bad] = _draw(int(bad.sum()), n_dst, neg.dst_weight, gen)
     return src, dst
 
 
@@ -112,7 +122,8 @@ def _input_edge_type(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput) -
 
 
 async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
-                     neg: Optional[NegativeSampling]) -> LinkInputs:
+                     neg: Optional[NegativeSampling],
+                     gen: Optional[torch.Generator] = None) -> LinkInputs:
     """Positive and negative endpoints as seeds, and the batch's seed record."""
     edge_type = _input_edge_type(sampler, inputs)
     src, dst, label, time = inputs.row, inputs.col, inputs.label, inputs.time
@@ -123,8 +134,8 @@ async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
     if neg is not None and neg.is_binary():
         num_neg = math.ceil(num_pos * neg.amount)
         n_src = sampler.meta.num_nodes[edge_type[0]]
-        neg_src = _draw(num_neg, n_src, neg.src_weight)
-        neg_src, neg_dst = await negatives(sampler, edge_type, neg_src, 1, neg)
+        neg_src = _draw(num_neg, n_src, neg.src_weight, gen)
+        neg_src, neg_dst = await negatives(sampler, edge_type, neg_src, 1, neg, gen)
         src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
         label = torch.ones(num_pos) if label is None else label
         label = torch.cat([label, label.new_zeros((num_neg, *label.shape[1:]))])
@@ -133,7 +144,8 @@ async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
     elif neg is not None and neg.is_triplet():
         if label is not None:
             raise ValueError("triplet negative sampling does not take edge labels")
-        _, neg_dst = await negatives(sampler, edge_type, inputs.row, int(neg.amount), neg)
+        _, neg_dst = await negatives(sampler, edge_type, inputs.row, int(neg.amount), neg,
+                                     gen)
         neg_dst = neg_dst.view(num_pos, -1).t().reshape(-1)  # grouped by round, like PyG
         dst = torch.cat([dst, neg_dst])
         if time is not None:
@@ -173,14 +185,16 @@ def _assemble(sampler: "DistNeighborSampler", edge_type: EdgeType, inputs: EdgeS
 
 
 async def sample_links(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
-                       neg: Optional[NegativeSampling]) -> SampledBatch:
-    """Samples the neighbourhoods of a batch of seed edges (and negatives)."""
+                       neg: Optional[NegativeSampling],
+                       rng: Optional[np.random.Generator] = None) -> SampledBatch:
+    """Samples the neighbourhoods of a batch of seed edges (and negatives); ``rng``
+    seeds the negatives and the hops (default: the global generators)."""
     if neg is None:  # PyG < 2.8 also carries it on the input
         neg = getattr(inputs, "neg_sampling", None)
     if inputs.time is not None and not sampler.config.disjoint:
         raise ValueError("edge label times need a temporal sampler (time_attr set)")
-    link = await link_seeds(sampler, inputs, neg)
-    sub = await sampler.sample_subgraph(link.seeds, link.seed_time)
+    link = await link_seeds(sampler, inputs, neg, _generator(rng))
+    sub = await sampler.sample_subgraph(link.seeds, link.seed_time, rng=rng)
     if sub.batch is not None:
         num_pos = inputs.row.numel()
         sub.batch = {t: b % num_pos for t, b in sub.batch.items()}

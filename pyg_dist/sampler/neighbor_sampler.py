@@ -125,9 +125,15 @@ class DistNeighborSampler(BaseSampler):
 
     # ---- the hop loop ----------------------------------------------------------------
     async def sample_subgraph(self, seeds: Dict[NodeType, Tensor],
-                              seed_time: Optional[Dict[NodeType, Tensor]] = None
-                              ) -> SampledSubgraph:
-        """Samples around ``seeds`` (global ids per node type; unique unless disjoint)."""
+                              seed_time: Optional[Dict[NodeType, Tensor]] = None,
+                              rng: Optional[np.random.Generator] = None) -> SampledSubgraph:
+        """Samples around ``seeds`` (global ids per node type; unique unless disjoint).
+
+        ``rng`` draws the seeds of every hop's random streams (default: this sampler's
+        own stream, which advances with every hop of every batch); loaders pass one per
+        batch, made from ``(seed, epoch, batch, rank)``, so a batch samples the same
+        neighbourhoods whatever ran before it (exact resume, any concurrency)."""
+        rng = rng if rng is not None else self._rng
         for node_type, ids in seeds.items():
             self.graph.node_book(node_type).check(ids)
         if self.config.is_temporal and seed_time is None:
@@ -137,15 +143,16 @@ class DistNeighborSampler(BaseSampler):
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())))
         for hop in range(self.num_hops):
-            plan = self._plan(hop, state)
+            plan = self._plan(hop, state, rng)
             responses = await self._run_hop(plan)
             self._merge(state, plan, responses)
         return state.output(list(self.meta.edge_types))
 
-    def _plan(self, hop: int, state: HopState) -> Dict[int, Tuple[HopRequest, List[tuple]]]:
+    def _plan(self, hop: int, state: HopState, rng: np.random.Generator
+              ) -> Dict[int, Tuple[HopRequest, List[tuple]]]:
         """Splits the frontier by owner: per partition, a request and where rows go."""
         plan: Dict[int, Tuple[HopRequest, List[tuple]]] = {}
-        rng_seed = int(self._rng.integers(0, 2**62))
+        rng_seed = int(rng.integers(0, 2**62))
         for edge_type in self.meta.edge_types:
             fanout = self.config.num_neighbors[edge_type][hop]
             front = state.frontier.get(edge_type[2])
@@ -218,8 +225,10 @@ class DistNeighborSampler(BaseSampler):
         return {t: got.nodes[t][attr].long().view(-1) for t in seeds}
 
     # ---- batches, and PyG's BaseSampler interface --------------------------------------
-    async def sample_nodes(self, inputs: NodeSamplerInput) -> SampledBatch:
-        """Samples a node-level batch: the subgraph around ``inputs.node`` and its seeds."""
+    async def sample_nodes(self, inputs: NodeSamplerInput,
+                           rng: Optional[np.random.Generator] = None) -> SampledBatch:
+        """Samples a node-level batch: the subgraph around ``inputs.node`` and its seeds
+        (``rng``: see :meth:`sample_subgraph`)."""
         node_type = self._input_node_type(inputs.input_type)
         seeds, time, input_id = inputs.node, inputs.time, inputs.input_id
         if not self.config.disjoint:  # a repeated seed is sampled once, as the first one
@@ -229,15 +238,17 @@ class DistNeighborSampler(BaseSampler):
                 time = time[keep] if time is not None else None
         sub = await self.sample_subgraph({node_type: seeds},
                                          {node_type: time} if time is not None and
-                                         self.config.disjoint else None)
+                                         self.config.disjoint else None, rng=rng)
         return SampledBatch(sub, NodeSeeds(node_type, input_id, time))
 
     async def sample_edges(self, inputs: EdgeSamplerInput,
-                           neg_sampling: Optional[NegativeSampling] = None) -> SampledBatch:
-        """Samples a link-level batch around the seed edges (and negatives)."""
+                           neg_sampling: Optional[NegativeSampling] = None,
+                           rng: Optional[np.random.Generator] = None) -> SampledBatch:
+        """Samples a link-level batch around the seed edges (and negatives); ``rng``
+        also draws the negatives (default: torch's global generator)."""
         from pyg_dist.sampler.link import sample_links
 
-        return await sample_links(self, inputs, neg_sampling)
+        return await sample_links(self, inputs, neg_sampling, rng)
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
         """PyG's interface: ``SamplerOutput``/``HeteroSamplerOutput`` with PyG's metadata."""

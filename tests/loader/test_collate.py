@@ -12,6 +12,7 @@ from torch_geometric.loader import LinkLoader, NodeLoader
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       shutdown_rpc)
+from pyg_dist.loader.producer import BatchTask
 from pyg_dist.partition import io
 from pyg_dist.testing.graphs import encode_ids
 from pyg_dist.partition.id_maps import read_id_map
@@ -33,6 +34,20 @@ def relabelled(cora, tmp_path_factory):
     stores = (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
     yield same, stores
     shutdown_rpc()
+
+
+def _keyed(sampler: DistNeighborSampler, seed: int) -> DistNeighborSampler:
+    """``sampler`` drawing batch ``i``'s randomness from the key the loader gives it,
+    ``(seed, epoch 0, batch i, rank 0)``, so both loaders sample the same subgraphs."""
+    count = iter(range(1_000_000))
+    nodes, edges = sampler.sample_nodes, sampler.sample_edges
+
+    def rng():
+        return BatchTask(None, (seed, 0, next(count), 0)).rng()
+
+    sampler.sample_nodes = lambda inputs: nodes(inputs, rng())
+    sampler.sample_edges = lambda inputs, neg=None: edges(inputs, neg, rng())
+    return sampler
 
 
 def _assert_same_batches(ours, theirs) -> None:
@@ -57,7 +72,7 @@ def test_node_batches_match_pyg_node_loader(relabelled):
     seeds = torch.arange(0, 200, 3)
     ours = DistNeighborLoader(stores, [4, 3], input_nodes=seeds, batch_size=16, seed=5,
                               concurrency=1, current_ctx=ctx)
-    sampler = DistNeighborSampler(stores, [4, 3], current_ctx=ctx, seed=5)
+    sampler = _keyed(DistNeighborSampler(stores, [4, 3], current_ctx=ctx, seed=5), 5)
     theirs = NodeLoader(same, node_sampler=sampler, input_nodes=seeds, batch_size=16)
     _assert_same_batches(ours, theirs)
 
@@ -68,7 +83,7 @@ def test_link_batches_match_pyg_link_loader(relabelled):
     label_index = same.edge_index[:, :64]
     ours = DistLinkNeighborLoader(stores, [3, 2], edge_label_index=label_index,
                                   batch_size=16, seed=9, concurrency=1, current_ctx=ctx)
-    sampler = DistNeighborSampler(stores, [3, 2], current_ctx=ctx, seed=9)
+    sampler = _keyed(DistNeighborSampler(stores, [3, 2], current_ctx=ctx, seed=9), 9)
     theirs = LinkLoader(same, link_sampler=sampler, edge_label_index=label_index,
                         batch_size=16)
     _assert_same_batches(ours, theirs)

@@ -1,0 +1,102 @@
+"""``pyg_dist.checkpoint`` with real processes: 2 ranks save (DDP model, Adam, a
+``DistEmbedding`` with ``SparseAdam``, the training loader's position); 2 ranks load it
+exactly, 1 rank loads it rescaled (loaders start at the next epoch); an error on one rank
+raises on every rank, naming it."""
+from __future__ import annotations
+
+from typing import Dict
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pyg_dist import (DistEmbedding, DistNeighborLoader, Partitioner, SparseAdam, node_split,
+                      shutdown_rpc)
+from pyg_dist import checkpoint
+from pyg_dist.testing import run_ranks
+from pyg_dist.testing.graphs import encode_ids
+from test_loader import _open
+
+
+def _objects(ctx, data, seed: int):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(6, 3)
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if ctx.world_size > 1 else model
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.05)
+    loader = DistNeighborLoader(data=data, num_neighbors=[3], batch_size=20, shuffle=True,
+                                input_nodes=node_split(data, "train", ctx), current_ctx=ctx)
+    emb = DistEmbedding(100, 6, name="emb")
+    return ddp, opt, loader, emb, SparseAdam([emb], lr=0.1)
+
+
+def _save_job(root: str, path: str) -> Dict:
+    ctx, data = _open(root)
+    ddp, opt, loader, emb, sparse = _objects(ctx, data, 0)
+    for i, batch in enumerate(loader):
+        opt.zero_grad()
+        sparse.zero_grad()
+        ids = batch.n_id[:batch.batch_size] % 100
+        (ddp(emb(ids)).pow(2).sum()).backward()
+        opt.step()
+        sparse.step()
+        if i == 2:
+            break
+    checkpoint.save(path, step=3, model=ddp, optimizer=opt, embeddings=emb,
+                    sparse_optimizers=sparse, loaders=[loader], extra={"epoch": 0})
+    try:
+        checkpoint.save(path, step=4, model=ddp, extra={"bad": object()} if ctx.rank else {})
+        error = ""
+    except (ValueError, RuntimeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    out = {"weight": [p.detach().tolist() for p in ddp.parameters()],
+           "rows": emb.weight[torch.arange(100)].tolist(), "state": loader.state_dict(),
+           "error": error}
+    loader.close()
+    shutdown_rpc()
+    return out
+
+
+def _load_job(root: str, path: str) -> Dict:
+    ctx, data = _open(root)
+    ddp, opt, loader, emb, sparse = _objects(ctx, data, 1)
+    info = checkpoint.load(path, model=ddp, optimizer=opt, embeddings=emb,
+                           sparse_optimizers=sparse, loaders=[loader])
+    first = next(iter(loader)).input_id.tolist()
+    out = {"weight": [p.detach().tolist() for p in ddp.parameters()],
+           "rows": emb.weight[torch.arange(100)].tolist(), "exact": info.exact,
+           "positions": info.positions, "step": info.step, "extra": info.extra,
+           "first": first, "order": loader.plan.batches(1)[0].tolist(),
+           "steps": len(opt.state_dict()["state"])}
+    loader.close()
+    shutdown_rpc()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return out
+
+
+@pytest.fixture(scope="module")
+def cora_one_part(cora, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cora_ckpt_ranks")
+    Partitioner(encode_ids(cora), 1, root, seed=0, progress=False).generate()
+    return root
+
+
+@pytest.mark.timeout(300)
+def test_save_on_two_ranks_load_on_two_and_on_one(cora_one_part, tmp_path):
+    root, path = str(cora_one_part), str(tmp_path / "ckpt")
+    saved = run_ranks(_save_job, 2, root, path, timeout=120)
+    assert "rank 1" in saved[0]["error"] and "extra" in saved[0]["error"]
+    assert saved[1]["error"].startswith("ValueError") and "extra" in saved[1]["error"]
+    assert saved[0]["weight"] == saved[1]["weight"]
+
+    two = run_ranks(_load_job, 2, root, path, timeout=120)
+    for rank in range(2):
+        o = two[rank]
+        assert o["exact"] and o["positions"] == [(0, 3)] and o["step"] == 3
+        assert o["extra"] == {"epoch": 0} and o["steps"] == 2
+        assert o["weight"] == saved[0]["weight"] and o["rows"] == saved[0]["rows"]
+
+    one = run_ranks(_load_job, 1, root, path, timeout=120)[0]
+    assert not one["exact"] and one["positions"] == [(1, 0)]  # the next epoch, whole
+    assert one["first"] == one["order"]                       # ... from its first batch
+    assert one["weight"] == saved[0]["weight"] and one["rows"] == saved[0]["rows"]
