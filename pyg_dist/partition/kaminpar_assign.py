@@ -4,7 +4,9 @@ KaMinPar is a maintained shared-memory multilevel partitioner (KIT; MIT licence)
 Its Python binding builds graphs only from files, so the symmetric CSR that the
 METIS path builds is written once to a temporary file in the binary ParHIP format
 (64-bit offsets, 32-bit neighbour ids while the node count allows, no weights) and
-loaded from there; the file is removed as soon as KaMinPar has read it.
+loaded from there. Our own copy of the adjacency is dropped while KaMinPar holds its
+one, and read back (32-bit) from the file for the balance post-passes; the file is
+removed at the end.
 
 KaMinPar balances one vertex weight. pyg_dist gives every node weight 1, so KaMinPar
 balances the total node count; per-node-type and train-node balance are then
@@ -71,11 +73,46 @@ def write_parhip(path: Union[str, Path], xadj: np.ndarray, adjncy: np.ndarray) -
             f.write(adjncy[lo:lo + _CHUNK].astype(id_type).tobytes())
 
 
+def read_parhip_neighbours(path: Union[str, Path]) -> np.ndarray:
+    """The neighbour ids of a file :func:`write_parhip` wrote, as stored (uint32 or
+    uint64): half the memory of the int64 original while ids fit in 32 bits."""
+    header = np.fromfile(path, dtype=np.uint64, count=3)
+    version, n, m = (int(v) for v in header)
+    id_type = np.uint32 if version & 0b001000 else np.uint64
+    return np.fromfile(path, dtype=id_type, count=m, offset=_HEADER_BYTES + (n + 1) * 8)
+
+
+def partition_parhip(path: Union[str, Path], num_parts: int, seed: int,
+                     context: str = "default", threads: Optional[int] = None,
+                     epsilon: float = 0.03, phases: Optional[Dict[str, float]] = None
+                     ) -> np.ndarray:
+    """KaMinPar's partition of a graph in a ParHIP file (see :func:`kaminpar_parts`)."""
+    kaminpar = kaminpar_module()
+    if context not in CONTEXTS:
+        raise ValueError(f"unknown KaMinPar context '{context}' (choose from {CONTEXTS})")
+    phases = {} if phases is None else phases
+    start = time.perf_counter()
+    graph = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP,
+                                compress=context in COMPRESSED_CONTEXTS)
+    phases["load"], start = time.perf_counter() - start, time.perf_counter()
+    kaminpar.reseed(int(seed))
+    solver = kaminpar.KaMinPar(num_threads=_threads(threads),
+                               ctx=kaminpar.context_by_name(context))
+    parts = np.asarray(solver.compute_partition(graph, int(num_parts), float(epsilon)),
+                       dtype=np.int64)
+    del graph, solver  # KaMinPar's copy of the graph goes before the caller goes on
+    phases["kaminpar"] = time.perf_counter() - start
+    return parts
+
+
 def kaminpar_parts(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, seed: int,
                    context: str = "default", threads: Optional[int] = None,
                    epsilon: float = 0.03, phases: Optional[Dict[str, float]] = None
                    ) -> np.ndarray:
     """KaMinPar's partition of a symmetric CSR graph with unit vertex weights.
+
+    The graph goes through a temporary ParHIP file (under ``TMPDIR``: ``8 (n + 1) +
+    4 m`` bytes for ``n`` nodes and ``m`` adjacency entries), removed afterwards.
 
     Args:
         xadj, adjncy: the symmetric, loop-free CSR adjacency (as METIS takes it).
@@ -93,28 +130,13 @@ def kaminpar_parts(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, seed: i
     Returns:
         The block of every node (int64).
     """
-    kaminpar = kaminpar_module()
-    if context not in CONTEXTS:
-        raise ValueError(f"unknown KaMinPar context '{context}' (choose from {CONTEXTS})")
+    kaminpar_module()
     phases = {} if phases is None else phases
-    start = time.perf_counter()
-    fd, name = tempfile.mkstemp(prefix="pyg_dist_kaminpar_", suffix=".parhip")
-    os.close(fd)
-    try:
-        write_parhip(name, xadj, adjncy)
-        phases["write"], start = time.perf_counter() - start, time.perf_counter()
-        graph = kaminpar.load_graph(name, kaminpar.GraphFileFormat.PARHIP,
-                                    compress=context in COMPRESSED_CONTEXTS)
-    finally:
-        os.unlink(name)
-    phases["load"], start = time.perf_counter() - start, time.perf_counter()
-    kaminpar.reseed(int(seed))
-    solver = kaminpar.KaMinPar(num_threads=_threads(threads),
-                               ctx=kaminpar.context_by_name(context))
-    parts = np.asarray(solver.compute_partition(graph, int(num_parts), float(epsilon)),
-                       dtype=np.int64)
-    phases["kaminpar"] = time.perf_counter() - start
-    return parts
+    with tempfile.TemporaryDirectory(prefix="pyg_dist_kaminpar_") as tmp:
+        start, path = time.perf_counter(), Path(tmp) / "graph.parhip"
+        write_parhip(path, xadj, adjncy)
+        phases["write"] = time.perf_counter() - start
+        return partition_parhip(path, num_parts, seed, context, threads, epsilon, phases)
 
 
 def _threads(threads: Optional[int]) -> int:
@@ -149,8 +171,14 @@ def kaminpar_assign(tables: "GraphTables", num_parts: int, seed: int,
     xadj, adjncy = symmetric_csr(blocks, tables.total_nodes)
     del blocks
     phases["adjacency"] = time.perf_counter() - start
-    parts = kaminpar_parts(xadj, adjncy, num_parts, seed, context, threads, phases=phases)
-    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pyg_dist_kaminpar_") as tmp:
+        start, path = time.perf_counter(), Path(tmp) / "graph.parhip"
+        write_parhip(path, xadj, adjncy)
+        del adjncy  # KaMinPar holds its own copy while it runs: ours would double it
+        phases["write"] = time.perf_counter() - start
+        parts = partition_parhip(path, num_parts, seed, context, threads, phases=phases)
+        start = time.perf_counter()
+        adjncy = read_parhip_neighbours(path)  # back for the balance post-passes
     group = np.repeat(np.arange(len(tables.num_nodes)), list(tables.num_nodes.values()))
     balance_nodes(parts, [group == i for i in range(len(tables.num_nodes))], xadj, adjncy,
                   num_parts)

@@ -41,12 +41,14 @@ def _cut_and_meta(graph, num_parts: int, method: str, root: Path):
 def test_parhip_file_is_the_graph_kaminpar_reads(tmp_path: Path) -> None:
     import kaminpar
 
-    from pyg_dist.partition.kaminpar_assign import write_parhip
+    from pyg_dist.partition.kaminpar_assign import read_parhip_neighbours, write_parhip
 
     src = np.array([0, 1, 2, 3, 4, 0, 2])
     dst = np.array([1, 2, 0, 4, 5, 5, 4])
     xadj, adjncy = symmetric_csr([EdgeBlock(src, dst, 0, 0)], 7)  # node 6 isolated
     write_parhip(tmp_path / "g.parhip", xadj, adjncy)
+    back = read_parhip_neighbours(tmp_path / "g.parhip")
+    assert back.dtype == np.uint32 and np.array_equal(back, adjncy)
     graph = kaminpar.load_graph(str(tmp_path / "g.parhip"), kaminpar.GraphFileFormat.PARHIP)
     assert (graph.n(), graph.m()) == (7, adjncy.size)
     assert not graph.is_node_weighted() and not graph.is_edge_weighted()
