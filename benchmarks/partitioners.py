@@ -6,7 +6,9 @@ Graphs (each as the undirected, loop-free CSR the partitioners take, built once 
 - ``cora``: the real Cora graph (2,708 nodes) from ``../shared/data/planetoid``;
 - ``community200k``: ``community_graph(200_000, 20)`` (~2M undirected edges);
 - ``products``: ``community_graph(2_400_000, 51.6667)``, ogbn-products scale
-  (124M directed edges, ~62M undirected).
+  (124M directed edges, ~62M undirected);
+- ``products-pl``: the same with power-law degrees (``power_law=2.5``: hubs of
+  thousands, a heavy tail like ogbn-products'); not in the default list.
 
 Partitioners (all with unit vertex weights: KaMinPar balances one vertex weight only,
 so the single-constraint case is measured for all):
@@ -48,8 +50,9 @@ from typing import Dict, List, Optional
 import numpy as np
 
 GIB = 2 ** 30
-GRAPHS = {"cora": None, "community200k": (200_000, 20.0),
-          "products": (2_400_000, 2 * 62_000_000 / 2_400_000)}
+GRAPHS = {"cora": None, "community200k": (200_000, 20.0, 0.0),
+          "products": (2_400_000, 2 * 62_000_000 / 2_400_000, 0.0),
+          "products-pl": (2_400_000, 2 * 62_000_000 / 2_400_000, 2.5)}
 METHODS = ("metis", "coarsen", "kaminpar", "kaminpar-terapart")
 SHARED_CORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "planetoid"
 
@@ -81,8 +84,9 @@ def _load_graph(name: str):
             return load_planetoid(tmp, "Cora")
     from pyg_dist.datasets.synthetic import community_graph
 
-    nodes, degree = GRAPHS[name]
-    return community_graph(nodes, degree, feat_dim=1, num_classes=47, seed=0)
+    nodes, degree, power_law = GRAPHS[name]
+    return community_graph(nodes, degree, feat_dim=1, num_classes=47, seed=0,
+                           power_law=power_law)
 
 
 def prepare(name: str, cache: Path) -> Path:
@@ -213,7 +217,8 @@ def _line(graph: str, r: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--graphs", default="cora,community200k,products")
+    p.add_argument("--graphs", default="cora,community200k,products",
+                   help=f"comma-separated, from {', '.join(GRAPHS)}")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--parts", default="2,4")
     p.add_argument("--threads", default="1,2",
