@@ -2,6 +2,7 @@
 one-line error where the optional kaminpar package is missing."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -16,11 +17,7 @@ from pyg_dist.partition.kernels import EdgeBlock, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
 from test_roundtrip import check_roundtrip
 
-try:
-    import kaminpar  # noqa: F401
-    HAVE_KAMINPAR = True
-except ImportError:
-    HAVE_KAMINPAR = False
+HAVE_KAMINPAR = importlib.util.find_spec("kaminpar") is not None
 needs_kaminpar = pytest.mark.skipif(not HAVE_KAMINPAR, reason="the optional kaminpar package "
                                     "is not installed (pip install 'pyg_dist[kaminpar]')")
 
