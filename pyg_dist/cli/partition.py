@@ -54,7 +54,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pyg-dist-partition",
-                description="Partition a graph for pyg_dist (METIS or random).")
+                description="Partition a graph for pyg_dist (METIS, KaMinPar or random).")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help=CHOICES)
     source.add_argument("--input", metavar="DIR",
@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="download missing dataset files (default: error naming them)")
     p.add_argument("--num-parts", type=int, required=True, help="number of partitions")
     p.add_argument("--out", required=True, help="output partition folder")
-    p.add_argument("--method", choices=["metis", "random"], default="metis")
+    p.add_argument("--method", choices=["metis", "kaminpar", "random"], default="metis",
+                   help="metis (default); kaminpar (needs the optional kaminpar package: "
+                        "pip install 'pyg_dist[kaminpar]'); random")
     p.add_argument("--coarsen", action=argparse.BooleanOptionalAction, default=None,
                    help="METIS on a label-propagation clustering of the graph: far less "
                         "memory on large graphs, a similar cut (default: only when plain "
@@ -148,6 +150,17 @@ def prepare_extras(args: argparse.Namespace) -> Optional[ExtrasLayout]:
     return layout
 
 
+def check_kaminpar() -> None:
+    """Raises :class:`UsageError` (one line) when ``--method kaminpar`` cannot be used,
+    before any dataset is loaded."""
+    from pyg_dist.partition.kaminpar_assign import kaminpar_module
+
+    try:
+        kaminpar_module()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def summary_table(meta: PartitionMeta) -> str:
     """One row per partition: owned nodes, halo nodes, edges, cut edges %, train nodes."""
     rows = [f"{'part':>4} {'owned':>10} {'halo':>10} {'edges':>12} {'cut %':>7} {'train':>8}"]
@@ -165,6 +178,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     if args.coarsen and args.method != "metis":
         raise UsageError(f"--coarsen: coarsen=True applies to method='metis', "
                          f"not '{args.method}'")
+    if args.method == "kaminpar":
+        check_kaminpar()
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
@@ -179,7 +194,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         partitioner = Partitioner(data, args.num_parts, out, method=args.method, seed=args.seed,
                                   overwrite=args.overwrite, progress=not args.quiet,
                                   coarsen=args.coarsen)
-    except ValueError as exc:  # DatasetError included
+    except (ValueError, ImportError) as exc:  # DatasetError; --method kaminpar, not installed
         raise UsageError(str(exc)) from exc
     meta = partitioner.generate()
     del data, partitioner

@@ -1,4 +1,4 @@
-"""Assigning nodes to partitions: METIS (via pymetis), balanced random, or given."""
+"""Assigning nodes to partitions: METIS (via pymetis), KaMinPar, balanced random, or given."""
 from __future__ import annotations
 
 import time
@@ -15,7 +15,7 @@ from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import HOMO_NODE, NodeType
 
-METHODS = ("metis", "random", "given")
+METHODS = ("metis", "kaminpar", "random", "given")
 CLUSTERS_PER_PART = 256  # with coarsen: the size cap keeps at least this many per part
 # METIS's peak working memory per byte of int64 adjacency it is given, measured with
 # this pymetis build (64-bit indices): 7.6 GiB for a 1 GiB adjacency (124M entries).
@@ -80,6 +80,10 @@ def assign(tables: GraphTables, num_parts: int, method: str, seed: int,
         return Assignment({t: np.zeros(n, dtype=np.int64) for t, n in tables.num_nodes.items()})
     if method == "random":
         return Assignment(random_assign(tables, num_parts, seed))
+    if method == "kaminpar":  # optional dependency: imported only when asked for
+        from pyg_dist.partition.kaminpar_assign import kaminpar_assign
+
+        return kaminpar_assign(tables, num_parts, seed)
     return metis_assign(tables, num_parts, seed, coarsen, recursive)
 
 

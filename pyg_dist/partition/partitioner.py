@@ -97,8 +97,10 @@ class Partitioner:
             boolean ``<split>_mask`` node attributes also become per-partition id lists.
         num_parts (int): number of partitions (``1`` = standalone mode).
         root (str or Path): output folder; must be absent or empty unless ``overwrite``.
-        method (str or bool): ``"metis"`` (default), ``"random"``, or ``"given"``
-            (use ``assignment`` as is). A bool here is taken as ``recursive``, so
+        method (str or bool): ``"metis"`` (default), ``"kaminpar"`` (KaMinPar, the
+            optional ``kaminpar`` package: ``pip install 'pyg_dist[kaminpar]'``;
+            see :mod:`pyg_dist.partition.kaminpar_assign`), ``"random"``, or
+            ``"given"`` (use ``assignment`` as is). A bool here is taken as ``recursive``, so
             ``torch_geometric.distributed`` scripts calling
             ``Partitioner(data, num_parts, root, recursive)`` run unchanged.
         seed (int): seed for METIS and for the random assignment.
@@ -139,6 +141,9 @@ class Partitioner:
                                  f"recursive={recursive}")
             method, recursive = "metis", method
         _check_options(method, coarsen, recursive, assignment)
+        if method == "kaminpar":  # missing: one-line ImportError before any work
+            from pyg_dist.partition.kaminpar_assign import kaminpar_module
+            kaminpar_module()
         if not isinstance(num_parts, int) or num_parts < 1:
             raise ValueError(f"num_parts must be an integer >= 1, got {num_parts!r}")
         self.tables = GraphTables.from_data(data)
