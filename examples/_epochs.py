@@ -237,6 +237,24 @@ def train_epochs(job: Job, args: argparse.Namespace, loader: Any, step: Step,
         yield epoch, stats
 
 
+class _CacheEpochs:
+    """The feature cache's hit rate and bytes saved in each epoch (rank 0's loader)."""
+
+    def __init__(self, loader: Any) -> None:
+        on = getattr(getattr(loader, "sampler", None), "fetcher", None)
+        self.loader = loader if on is not None and on.cache is not None else None
+        self.seen = loader.cache_stats if self.loader is not None else None
+
+    def line(self) -> str:
+        if self.loader is None:
+            return ""
+        now = self.loader.cache_stats
+        hits, rows = now.hits - self.seen.hits, now.remote_rows - self.seen.remote_rows
+        saved = (now.bytes_saved - self.seen.bytes_saved) / 1e6
+        self.seen = now
+        return f" | cache hit {hits / max(hits + rows, 1):.3f}, saved {saved:.1f} MB"
+
+
 def fit(job: Job, args: argparse.Namespace, loaders: Sequence[Any], step: Step,
         accuracy_of: Callable[[Any], float],
         ckpt: Optional[Checkpoints] = None) -> Dict[str, Any]:
@@ -247,6 +265,7 @@ def fit(job: Job, args: argparse.Namespace, loaders: Sequence[Any], step: Step,
     history: List[EpochStats] = []
     val_acc = test_acc = float("nan")
     evaluate = len(loaders) >= 3
+    cached = _CacheEpochs(loaders[0])
     for epoch, stats in train_epochs(job, args, loaders[0], step, ckpt):
         history.append(stats)
         start = time.perf_counter()
@@ -255,7 +274,8 @@ def fit(job: Job, args: argparse.Namespace, loaders: Sequence[Any], step: Step,
         log(job, f"epoch {epoch:3d} | loss {stats.loss:.4f} | train acc {stats.acc:.4f} | "
                  f"val acc {val_acc:.4f} | epoch {stats.seconds:.2f}s "
                  f"({stats.batches_per_s:.1f} batches/s, waiting on loader "
-                 f"{100 * stats.wait_frac:.0f}%) | eval {time.perf_counter() - start:.2f}s")
+                 f"{100 * stats.wait_frac:.0f}%) | eval {time.perf_counter() - start:.2f}s"
+                 f"{cached.line()}")
     if evaluate:
         test_acc = accuracy_of(loaders[2])
     log(job, f"test acc {test_acc:.4f}")

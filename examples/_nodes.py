@@ -85,14 +85,15 @@ def parse_budget(text: str) -> Any:
 
 
 def cache_report(loader: DistNeighborLoader) -> Dict[str, Any]:
-    """Feature cache figures of the training loader's in-process sampler (``None``
-    without a cache, or when sampler workers hold the caches)."""
+    """Feature cache figures of the training loader, over the whole run (this rank, its
+    sampler workers included; ``None`` without a cache)."""
     cache = loader.sampler.fetcher.cache
-    if cache is None or loader.num_workers > 0:
+    if cache is None:
         return {"cache_mb": None, "cache_hit_rate": None, "cache_saved_mb": None}
+    stats = loader.cache_stats
     return {"cache_mb": round(cache.nbytes / 1e6, 2),
-            "cache_hit_rate": round(cache.stats.hit_rate, 4),
-            "cache_saved_mb": round(cache.stats.bytes_saved / 1e6, 2)}
+            "cache_hit_rate": round(stats.hit_rate, 4),
+            "cache_saved_mb": round(stats.bytes_saved / 1e6, 2)}
 
 
 def classify_step(predict: Predict, optimizers: Sequence[Any]) -> Step:

@@ -33,6 +33,7 @@ from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.sampler import wire
 from pyg_dist.sampler.serving import partitioning
@@ -147,6 +148,7 @@ class DistLoader:
         self._runs = itertools.count()  # tags worker results of each iteration
         self._producer = BatchProducer(self.sampler, self.spec)
         self._pool: Optional[WorkerPool] = None
+        self._worker_cache = CacheStats()  # what the workers' feature caches did
         self._iterator: Optional["_Iterator"] = None
         self.worker_threads = 1
 
@@ -288,6 +290,29 @@ class DistLoader:
     @property
     def batch_timeout(self) -> float:
         return self.ctx.rpc_timeout * (self.sampler.num_hops + 3)
+
+    @property
+    def cache_stats(self) -> CacheStats:
+        """What the feature cache did for this loader's batches since it was built (or
+        :meth:`reset_cache_stats`): rows served from it, remote rows still fetched, bytes
+        saved; counted in the sampler workers too."""
+        if self.num_workers > 0:
+            return dataclasses.replace(self._worker_cache)
+        cache = self.sampler.fetcher.cache
+        return dataclasses.replace(cache.stats) if cache is not None else CacheStats()
+
+    def reset_cache_stats(self) -> CacheStats:
+        """Returns :attr:`cache_stats` and starts counting afresh (e.g. once per epoch)."""
+        stats, self._worker_cache = self.cache_stats, CacheStats()
+        if self.sampler.fetcher.cache is not None:
+            self.sampler.fetcher.cache.reset_stats()
+        return stats
+
+    def _add_worker_cache(self, stats: Optional[CacheStats]) -> None:
+        if stats is not None:
+            self._worker_cache.hits += stats.hits
+            self._worker_cache.remote_rows += stats.remote_rows
+            self._worker_cache.bytes_saved += stats.bytes_saved
 
     def _worker_pool(self) -> WorkerPool:
         if self._pool is None:

@@ -80,11 +80,12 @@ class _WorkerIterator(_Iterator):
         if self.next_index >= len(self.tasks):
             raise StopIteration
         while self.next_index not in self.ready:
-            run, index, batch, error = self.pool.get(self.loader.batch_timeout)
+            run, index, produced, error = self.pool.get(self.loader.batch_timeout)
             if error is not None and run in (self.run, -1):
                 raise RuntimeError(f"sampling failed in a worker process:\n{error}")
             if run == self.run:
-                self.ready[index] = batch
+                self.ready[index] = produced.batch
+                self.loader._add_worker_cache(produced.cache)
         batch = self.ready.pop(self.next_index)
         self.next_index += 1
         self._fill()

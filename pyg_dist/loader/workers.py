@@ -7,6 +7,7 @@ together (a graceful shutdown), so a rank that finishes early keeps serving.
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -21,6 +22,7 @@ import torch.multiprocessing as tmp
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 
@@ -72,6 +74,21 @@ def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
         runtime.shutdown_rpc(graceful=graceful)
 
 
+@dataclass
+class Produced:
+    """A worker's batch and what its feature cache did for it (the trainer adds it up)."""
+    batch: Any
+    cache: Optional[CacheStats] = None
+
+
+def _delta(cache: Any, before: Optional[CacheStats]) -> Optional[CacheStats]:
+    if cache is None or before is None:
+        return None
+    now = cache.stats
+    return CacheStats(now.hits - before.hits, now.remote_rows - before.remote_rows,
+                      now.bytes_saved - before.bytes_saved)
+
+
 def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerSpec,
                  tasks: Any, results: Any) -> None:
     parent = mp.parent_process()
@@ -86,8 +103,10 @@ def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerS
             return
         epoch, index, batch_task = task
         try:
+            cache = producer.sampler.fetcher.cache
+            before = dataclasses.replace(cache.stats) if cache is not None else None
             batch = group.loop.run(producer.produce(batch_task), timeout=spec.batch_timeout)
-            results.put((epoch, index, batch, None))
+            results.put((epoch, index, Produced(batch, _delta(cache, before)), None))
         except Exception:  # reported to the trainer, which raises it
             results.put((epoch, index, None, f"sampler worker {os.getpid()} of rank "
                          f"{spec.ctx.rank}:\n{traceback.format_exc()}"))

@@ -197,6 +197,7 @@ def _shared_job(root: str) -> dict:
         cache = loader.sampler.fetcher.cache
         built_bytes = loader.sampler.fetcher.stats.bytes  # the cache's own fetch, if built here
         exact = [torch.equal(b.x, truth[b.n_id]) for b in loader]
+        counted = loader.cache_stats  # counted in the worker, added up here
         files = _mapped_cache_files(os.getpid())
         workers = [_mapped_cache_files(p.pid) for p in loader._pool.procs]
         loader.close()
@@ -205,7 +206,8 @@ def _shared_job(root: str) -> dict:
         dist.barrier()  # every process on the machine let go
         return {"exact": exact, "path": path, "files": sorted(files),
                 "workers": [sorted(w) for w in workers], "built_bytes": built_bytes,
-                "nbytes": cache.nbytes, "left": path is not None and os.path.exists(path)}
+                "nbytes": cache.nbytes, "left": path is not None and os.path.exists(path),
+                "worker_hits": counted.hits, "worker_remote": counted.remote_rows}
     finally:
         shutdown_rpc()
 
@@ -217,6 +219,7 @@ def test_trainers_of_a_machine_share_one_cache_file(roots):
         assert r["exact"] and all(r["exact"]), (rank, r["exact"])
         assert r["path"] is not None and r["files"] == [r["path"]], (rank, r)
         assert r["workers"] == [[r["path"]]], (rank, r)  # the worker mapped it too
+        assert r["worker_hits"] > 0 and r["worker_remote"] > 0, (rank, r)
         assert not r["left"], (rank, "the last user must remove the file")
     for part in (0, 1):  # ranks 2p, 2p+1 serve partition p: one file, fetched once
         a, b = results[2 * part], results[2 * part + 1]
