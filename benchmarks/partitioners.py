@@ -49,29 +49,13 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-GIB = 2 ** 30
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from partition import _can_reset_peak, _status_gb  # noqa: E402  (same measurement)
 GRAPHS = {"cora": None, "community200k": (200_000, 20.0, 0.0),
           "products": (2_400_000, 2 * 62_000_000 / 2_400_000, 0.0),
           "products-pl": (2_400_000, 2 * 62_000_000 / 2_400_000, 2.5)}
 METHODS = ("metis", "coarsen", "kaminpar", "kaminpar-terapart")
 SHARED_CORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "planetoid"
-
-
-def _status_gb(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024 / GIB
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 # ---- graphs -----------------------------------------------------------------------------
@@ -170,7 +154,7 @@ def worker(args: argparse.Namespace) -> dict:
     import pyg_dist.partition.kaminpar_assign  # noqa: F401
     _warm_numba(args.method)
     before = _status_gb("VmRSS")
-    can_reset = _reset_peak()
+    can_reset = _can_reset_peak()
     phases: Dict[str, float] = {}
     start = time.perf_counter()
     parts = _partition(args.method, xadj, adjncy, train, args.parts, args.threads, args.seed,

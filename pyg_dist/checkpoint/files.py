@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import uuid
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -28,7 +26,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.checkpoint_files import atomic_write
+from pyg_dist.embedding.checkpoint_files import atomic_write, remove
 from pyg_dist.embedding.checkpoint_manifest import CheckpointError
 from pyg_dist.loader.state import LoaderState
 
@@ -127,17 +125,6 @@ def publish(root: Path, name: str, info: Info, keep: int) -> None:
         remove(old)
     for stale in root.glob(".*.tmp"):
         remove(stale)
-
-
-def remove(path: Path) -> None:
-    """Removes a folder or file; failures only warn (the checkpoint is consistent)."""
-    try:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    except OSError as exc:
-        warnings.warn(f"could not remove {path}: {exc}")
 
 
 def write_rank_state(file: Path, rank: int, world_size: int, loaders: List[Dict[str, Any]],

@@ -14,7 +14,8 @@ from typing import List, Optional
 
 from pyg_dist.chunked.metadata import DATA_FORMATS, FORMATS
 from pyg_dist.chunked.writer import DEFAULT_CHUNK_SIZE, write_chunked
-from pyg_dist.cli.partition import MAX_SEED, UsageError, _Parser, load_dataset
+from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
+from pyg_dist.cli.partition import MAX_SEED, load_dataset
 from pyg_dist.datasets.by_name import CHOICES
 from pyg_dist.datasets.errors import MissingDependencyError
 from pyg_dist.partition.progress import step
@@ -25,7 +26,7 @@ INT_RANGES = {"chunk_size": (1, None), "seed": (0, MAX_SEED), "num_nodes": (2, N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=(
+    p = Parser(prog=PROG, description=(
         "Write a graph in DGL's chunked graph format (metadata.json plus edge and "
         "node/edge data chunks), the input format of pyg-dist-partition --input for "
         "graphs too big for one machine."))
@@ -44,12 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic graph")
-    g = p.add_argument_group("synthetic graph")
-    g.add_argument("--num-nodes", type=int, default=100_000)
-    g.add_argument("--avg-degree", type=float, default=20.0)
-    g.add_argument("--feat-dim", type=int, default=100)
-    g.add_argument("--num-classes", type=int, default=10)
-    g.add_argument("--hetero", action="store_true", help="papers/authors/institutions graph")
+    add_synthetic_args(p)
     return p
 
 
@@ -87,12 +83,7 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    try:
-        return run(argv)
-    except UsageError as exc:
-        message = " ".join(str(exc).split())
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
+    return run_main(run, PROG, argv)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import List, NoReturn, Optional
+from typing import List, Optional
 
+from pyg_dist.cli.common import Parser, UsageError, run_main
 from pyg_dist.cli.partition import summary_table
 from pyg_dist.convert.pickles import PygFormatError
 from pyg_dist.convert.pyg import convert_pyg_partitions
@@ -20,17 +21,8 @@ from pyg_dist.partition.meta import PartitionFormatError
 PROG = "pyg-dist-convert"
 
 
-class UsageError(Exception):
-    """Bad command-line input: reported in one line with exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=(
+    p = Parser(prog=PROG, description=(
         "Convert a folder written by torch_geometric.distributed.Partitioner (PyG 2.5-2.8) "
         "into pyg_dist's format without repartitioning: every node stays in the partition "
         "PyG gave it; ids are relabelled into contiguous ranges. Labels and split files "
@@ -89,12 +81,7 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    try:
-        return run(argv)
-    except UsageError as exc:
-        message = " ".join(str(exc).split())
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
+    return run_main(run, PROG, argv)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import List, NoReturn, Optional, Union
+from typing import List, Optional, Union
 
 from torch_geometric.data import Data, HeteroData
 
+from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.datasets.by_name import CHOICES, load_named
 from pyg_dist.datasets.errors import MissingDependencyError
 from pyg_dist.datasets.loading import load_graph_file
@@ -25,15 +26,6 @@ from pyg_dist.partition.partitioner import Partitioner
 from pyg_dist.partition.progress import step
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
-
-
-class UsageError(Exception):
-    """Bad command-line input: reported in one line with exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 # numeric options: (smallest, largest) allowed value; checked before anything runs
@@ -53,7 +45,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pyg-dist-partition",
+    p = Parser(prog="pyg-dist-partition",
                 description="Partition a graph for pyg_dist (METIS, KaMinPar or random).")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help=CHOICES)
@@ -90,12 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pyg-extras-type", default=None, metavar="TYPE",
                    help="the labelled node type the extras describe (heterogeneous graphs "
                         "with several labelled types)")
-    g = p.add_argument_group("synthetic graph")
-    g.add_argument("--num-nodes", type=int, default=100_000)
-    g.add_argument("--avg-degree", type=float, default=20.0)
-    g.add_argument("--feat-dim", type=int, default=100)
-    g.add_argument("--num-classes", type=int, default=10)
-    g.add_argument("--hetero", action="store_true", help="papers/authors/institutions graph")
+    add_synthetic_args(p)
     return p
 
 
@@ -247,11 +234,7 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    try:
-        return run(argv)
-    except UsageError as exc:
-        print(f"pyg-dist-partition: error: {exc}", file=sys.stderr)
-        return 2
+    return run_main(run, "pyg-dist-partition", argv)
 
 
 if __name__ == "__main__":

@@ -129,21 +129,22 @@ def _remove_others(root: Path, keep: str) -> None:
     """Removes what is not part of version ``keep``; failures only warn (the new
     version is current already)."""
     for layout_1 in (DONE, MANIFEST):  # the marker first: never a half-removed complete one
-        _remove(root / layout_1)
+        remove(root / layout_1)
     for entry in sorted(root.iterdir()):
         if entry.name != keep and (_VERSION.fullmatch(entry.name) and entry.is_dir()
                                    or _LAYOUT_1_FILE.fullmatch(entry.name) and entry.is_file()):
-            _remove(entry)
+            remove(entry)
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
+    """Removes a folder or file; failures only warn (the checkpoint is consistent)."""
     try:
         if path.is_dir():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
     except OSError as exc:
-        warnings.warn(f"could not remove {path} from an older checkpoint: {exc}")
+        warnings.warn(f"could not remove {path} (left by an older checkpoint): {exc}")
 
 
 def discard(root: Path, name: str) -> None:
@@ -154,7 +155,7 @@ def discard(root: Path, name: str) -> None:
         warnings.warn(f"kept {root / name} of a failed save: cannot read {LATEST} ({exc})")
         return
     if name != current:
-        _remove(root / name)
+        remove(root / name)
 
 
 def _pointed_to(root: Path) -> Optional[str]:

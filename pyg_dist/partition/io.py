@@ -40,6 +40,21 @@ def part_dir(root: PathLike, part: int) -> Path:
     return Path(root) / f"part_{part}"
 
 
+def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_feats: dict,
+               splits: dict, node_ids: dict, edge_ids: dict, hetero: bool) -> None:
+    """Writes the files of ``root/part_<part>/`` (format v2). ``node_ids``/``edge_ids``
+    are keyed by node type / ``"src__rel__dst"`` key; homogeneous graphs store the one
+    tensor."""
+    folder = part_dir(root, part)
+    folder.mkdir()
+    save_pt(graph, folder / GRAPH_FILE)
+    save_pt(node_feats, folder / NODE_FEATS_FILE)
+    save_pt(edge_feats, folder / EDGE_FEATS_FILE)
+    save_pt(splits, folder / SPLITS_FILE)
+    for ids, name in ((node_ids, NODE_IDS_FILE), (edge_ids, EDGE_IDS_FILE)):
+        save_pt(ids if hetero else next(iter(ids.values())), folder / name)
+
+
 def save_pt(obj: Any, path: PathLike) -> None:
     """Writes ``obj`` with ``torch.save`` to a temporary name, then renames it."""
     path = Path(path)

@@ -209,9 +209,6 @@ class Partitioner:
     def _bar(self, items: Iterable, desc: str) -> Iterable:
         return track(items, desc, enabled=self.progress)
 
-    def _by_type(self, values: Dict) -> object:
-        return values if self.tables.is_hetero else next(iter(values.values()))
-
     def _order_edges(self, edge_type: EdgeType, nodes: Dict[NodeType, NodeOrder]) -> EdgeOrder:
         dst_order = nodes[edge_type[2]]
         indptr, order = csc_order(self.tables.edge_index[edge_type][1].numpy(),
@@ -223,18 +220,12 @@ class Partitioner:
                     edges: Dict[EdgeType, EdgeOrder], uid: str) -> PartStats:
         csc, edge_feats, halo, n_edges, n_cut = self._part_edges(part, nodes, edges)
         node_feats, splits, halo_attrs = self._part_nodes(part, nodes, halo)
-        folder = io.part_dir(tmp, part)
-        folder.mkdir()
-        io.save_pt({"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
-                   folder / io.GRAPH_FILE)
-        io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
-        io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
-        io.save_pt(splits, folder / io.SPLITS_FILE)
         node_ids, edge_ids = self._part_ids(part, nodes, edges)
-        io.save_pt(self._by_type({t: torch.from_numpy(v) for t, v in node_ids.items()}),
-                   folder / io.NODE_IDS_FILE)
-        io.save_pt(self._by_type({edge_key(t): torch.from_numpy(v) for t, v in edge_ids.items()}),
-                   folder / io.EDGE_IDS_FILE)
+        io.write_part(tmp, part, {"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
+                      node_feats, edge_feats, splits,
+                      {t: torch.from_numpy(v) for t, v in node_ids.items()},
+                      {edge_key(t): torch.from_numpy(v) for t, v in edge_ids.items()},
+                      self.tables.is_hetero)
         return PartStats(
             owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
             halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},

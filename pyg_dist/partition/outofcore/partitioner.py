@@ -259,19 +259,12 @@ class OutOfCorePartitioner:
                 halo_attrs[t] = {k: torch.from_numpy(gather_rows(
                     v, order.offsets, ids, self.source.node_specs[t][k]))
                     for k, v in node_rows[t].items() if k in self.halo_attrs}
-        folder = io.part_dir(tmp, part)
-        folder.mkdir()
-        io.save_pt({"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
-                   folder / io.GRAPH_FILE)
-        io.save_pt(node_feats, folder / io.NODE_FEATS_FILE)
-        io.save_pt(edge_feats, folder / io.EDGE_FEATS_FILE)
-        io.save_pt(splits, folder / io.SPLITS_FILE)
         node_ids, edge_ids = self._part_ids(part, nodes, edges)
-        hetero = self.source.is_hetero
-        node_ids = {t: torch.from_numpy(v) for t, v in node_ids.items()}
-        edge_ids = {edge_key(t): _tensor(v) for t, v in edge_ids.items()}
-        io.save_pt(node_ids if hetero else next(iter(node_ids.values())), folder / io.NODE_IDS_FILE)
-        io.save_pt(edge_ids if hetero else next(iter(edge_ids.values())), folder / io.EDGE_IDS_FILE)
+        io.write_part(tmp, part, {"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
+                      node_feats, edge_feats, splits,
+                      {t: torch.from_numpy(v) for t, v in node_ids.items()},
+                      {edge_key(t): _tensor(v) for t, v in edge_ids.items()},
+                      self.source.is_hetero)
         return PartStats(
             owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
             halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},
