@@ -23,7 +23,6 @@ import pytest
 import torch
 
 from pyg_dist import Partitioner
-from pyg_dist.partition import io
 from pyg_dist.testing import free_port
 from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Dict, List
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from pyg_dist import DistNeighborLoader, Partitioner, node_split, shutdown_rpc

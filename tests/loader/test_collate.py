@@ -13,7 +13,6 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       shutdown_rpc)
 from pyg_dist.loader.producer import BatchTask
-from pyg_dist.partition import io
 from pyg_dist.testing.graphs import encode_ids
 from pyg_dist.partition.id_maps import read_id_map
 
