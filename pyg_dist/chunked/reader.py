@@ -148,23 +148,47 @@ class ChunkedGraph:
         ``metadata.json`` and every id against the node count of its type.
         """
         spec = self._edge_spec(edge_type)
-        src_type, _, dst_type = spec.edge_type
-        bounds = (self.num_nodes(src_type), self.num_nodes(dst_type))
         total = 0
-        for i, path in enumerate(spec.files.files):
-            ids = self._edge_ids(path, spec.files.format.name, spec.files.format.delimiter)
-            expected = None if spec.chunk_counts is None else spec.chunk_counts[i]
-            if expected is not None and ids.shape[0] != expected:
-                raise ChunkedFormatError(f"edge chunk {path} has {ids.shape[0]} rows, but "
-                                         f"num_edges_per_chunk of {spec.name} says {expected}")
-            _check_ids(ids, 0, bounds[0], path, src_type)
-            _check_ids(ids, 1, bounds[1], path, dst_type)
-            total += ids.shape[0]
-            yield torch.from_numpy(ids[:, 0].copy()), torch.from_numpy(ids[:, 1].copy())
+        for i in range(len(spec.files.files)):
+            src, dst = self.read_edge_chunk(edge_type, i)
+            total += src.shape[0]
+            yield src, dst
         if total != spec.num_edges:
             raise ChunkedFormatError(f"the edge chunks of {spec.name} hold {total} edges "
                                      f"(last: {spec.files.files[-1]}), but metadata.json "
                                      f"says {spec.num_edges}")
+
+    def num_edge_chunks(self, edge_type: EdgeTypeLike = None) -> int:
+        """How many edge chunk files an edge type has."""
+        return len(self._edge_spec(edge_type).files.files)
+
+    def edge_chunk_rows(self, edge_type: EdgeTypeLike, i: int) -> int:
+        """Edges in chunk ``i`` of an edge type: from ``metadata.json``, a ``.npy`` header
+        or a parquet footer; text chunks without counts in ``metadata.json`` are read."""
+        spec = self._edge_spec(edge_type)
+        if spec.chunk_counts is not None:
+            return int(spec.chunk_counts[i])
+        path, fmt = spec.files.files[i], spec.files.format.name
+        if fmt == "numpy":
+            return int(arrays.npy_header(path)[0][0])
+        if fmt == "parquet":
+            return int(arrays.parquet_rows(path))
+        return int(self._edge_ids(path, fmt, spec.files.format.delimiter).shape[0])
+
+    def read_edge_chunk(self, edge_type: EdgeTypeLike, i: int) -> Tuple[Tensor, Tensor]:
+        """``(src, dst)`` of edge chunk ``i`` alone, checked like :meth:`iter_edge_chunks`
+        checks each chunk (its row count, every id against its type's node count)."""
+        spec = self._edge_spec(edge_type)
+        src_type, _, dst_type = spec.edge_type
+        path = spec.files.files[i]
+        ids = self._edge_ids(path, spec.files.format.name, spec.files.format.delimiter)
+        expected = None if spec.chunk_counts is None else spec.chunk_counts[i]
+        if expected is not None and ids.shape[0] != expected:
+            raise ChunkedFormatError(f"edge chunk {path} has {ids.shape[0]} rows, but "
+                                     f"num_edges_per_chunk of {spec.name} says {expected}")
+        _check_ids(ids, 0, self.num_nodes(src_type), path, src_type)
+        _check_ids(ids, 1, self.num_nodes(dst_type), path, dst_type)
+        return torch.from_numpy(ids[:, 0].copy()), torch.from_numpy(ids[:, 1].copy())
 
     def iter_node_data(self, node_type: Optional[str], name: str) -> Iterator[Tensor]:
         """Yields node data ``name`` of ``node_type`` one chunk at a time."""

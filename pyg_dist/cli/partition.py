@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ from pyg_dist.partition.partitioner import Partitioner
 from pyg_dist.partition.progress import step
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
+DEFAULT_RANK_BUDGET = "1GB"  # --memory-budget of each rank under torchrun
+DIST_COLLECTIVE_TIMEOUT_S = 3600.0
 
 
 # numeric options: (smallest, largest) allowed value; checked before anything runs
@@ -168,6 +171,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     if args.method == "kaminpar":
         check_kaminpar()
     out = Path(args.out)
+    if under_torchrun():  # every rank checks the output folder; they agree on it together
+        return run_distributed(args, out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
     if args.memory_budget is not None:
@@ -230,6 +235,86 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
           + f"; peak RSS {format_size(peak_rss_bytes())} (memory-mapped scratch pages "
             f"included)")
     print(summary_table(meta))
+    return 0
+
+
+def under_torchrun() -> bool:
+    """Whether this process is one of several ranks (``WORLD_SIZE`` > 1, as torchrun sets)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def run_distributed(args: argparse.Namespace, out: Path) -> int:
+    """Under ``torchrun``: every rank takes part in partitioning ``--input``
+    (:class:`~pyg_dist.partition.distributed.DistPartitioner`); rank 0 prints the summary.
+    Exit 2 for bad input (the same message on every rank), 1 when another rank failed
+    or died (naming it)."""
+    from datetime import timedelta
+
+    from pyg_dist.partition.distributed import Comm, DistPartitioner
+    from pyg_dist.partition.outofcore import parse_size
+    from pyg_dist.partition.outofcore.budget import format_size, peak_rss_bytes
+    from pyg_dist.rpc import DisagreementError, DistContext, PeerFailedError, health
+    from pyg_dist.rpc.runtime import init_process_group
+
+    if args.input is None:
+        raise UsageError("under torchrun, pyg-dist-partition partitions a chunked graph on "
+                         "every rank: pass --input DIR (pyg-dist-chunk writes one)")
+    for bad, why in ((args.pyg_extras, "--pyg-extras is not built for multi-machine "
+                                       "partitioning yet: run it on one machine"),
+                     (args.method == "kaminpar", "--method kaminpar is not built for "
+                                                 "multi-machine partitioning: use metis or "
+                                                 "random"),
+                     (args.coarsen is False, "--no-coarsen: multi-machine partitioning always "
+                                             "runs METIS on the label-propagation clustering "
+                                             "(plain METIS needs the whole graph in one "
+                                             "process)")):
+        if bad:
+            raise UsageError(why)
+    try:
+        budget = parse_size(args.memory_budget or DEFAULT_RANK_BUDGET)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    ctx = DistContext.from_env()
+    # collectives wait while rank 0 runs METIS; a dead or silent rank is caught by the
+    # health watchdog's heartbeats instead of this timeout
+    ctx = init_process_group("gloo", ctx=ctx, timeout=timedelta(
+        seconds=max(ctx.rpc_timeout, DIST_COLLECTIVE_TIMEOUT_S)))
+    comm = Comm(ctx.rank, ctx.world_size)
+    start, error, partitioner = time.perf_counter(), None, None
+    try:
+        try:
+            partitioner = DistPartitioner(args.input, args.num_parts, out, budget, comm=comm,
+                                          method=args.method, seed=args.seed,
+                                          overwrite=args.overwrite, progress=not args.quiet)
+        except (ValueError, MissingDependencyError) as exc:
+            error = exc
+        comm.check("opening the input", error)
+        meta = partitioner.generate()
+    except (ValueError, MissingDependencyError, FileExistsError) as exc:
+        health.report_failure(exc)
+        if isinstance(exc, DisagreementError) or ctx.rank == 0 or exc is error:
+            raise UsageError(str(exc)) from exc
+        raise UsageError(f"rank {ctx.rank}: {exc}") from exc
+    except PeerFailedError as exc:
+        health.report_failure(exc)
+        print(f"pyg-dist-partition (rank {ctx.rank}): error: {' '.join(str(exc).split())}",
+              file=sys.stderr)
+        return 1
+    except BaseException as exc:
+        health.report_failure(exc)
+        raise
+    health.report_done()
+    if ctx.rank == 0:
+        phases = partitioner.timings.phases_s
+        print(f"partitioned {args.input} into {meta.num_parts} part(s) with {meta.method} on "
+              f"{ctx.world_size} ranks (memory budget {format_size(budget)} each) in "
+              f"{time.perf_counter() - start:.1f}s -> {out} (uid {meta.uid})")
+        print("phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items())
+              + f"; rank 0 peak RSS {format_size(peak_rss_bytes())}")
+        print(summary_table(meta))
     return 0
 
 

@@ -31,21 +31,20 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
-import torch
 
 from pyg_dist.chunked import ChunkedGraph
 from pyg_dist.partition import io
 from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_csr, random_parts,
                                        vertex_weights)
 from pyg_dist.partition.identity import part_digest, partition_uid
-from pyg_dist.partition.kernels import outside_nodes
 from pyg_dist.partition.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
 from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
 from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_type_edges,
                                                 inverse_map, order_buckets)
-from pyg_dist.partition.outofcore.rows import (gather_rows, owned_range, part_arrays, row_bytes,
-                                               scatter_rows)
+from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
+                                                source_meta, write_source_part)
+from pyg_dist.partition.outofcore.rows import gather_rows, part_arrays, row_bytes, scatter_rows
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.partition.partitioner import NodeOrder, PartitionTimings, _Laps
@@ -53,10 +52,6 @@ from pyg_dist.partition.progress import step, track
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
-
-
-def _tensor(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(plain(array))
 
 
 def _rows_of(array: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -227,64 +222,27 @@ class OutOfCorePartitioner:
     def _meta(self, nodes: Dict[NodeType, NodeOrder],
               edges: Dict[EdgeType, OrderedEdges]) -> PartitionMeta:
         """The META of this partitioning, without per-partition statistics and uid."""
-        src = self.source
-        splits = sorted({n[:-len("_mask")] for t in src.num_nodes for n in src.mask_names(t)})
-        return PartitionMeta(
-            num_parts=self.num_parts, is_hetero=src.is_hetero,
-            node_types=tuple(src.num_nodes), edge_types=tuple(src.edge_names),
-            num_nodes=dict(src.num_nodes),
-            num_edges={et: src.num_edges(et) for et in src.edge_names},
-            node_offsets={t: o.offsets for t, o in nodes.items()},
-            edge_offsets={et: o.offsets for et, o in edges.items()},
-            node_attrs={t: dict(s) for t, s in src.node_specs.items()},
-            edge_attrs={et: dict(s) for et, s in src.edge_specs.items()},
-            splits=tuple(splits), method=self.method_name, seed=self.seed)
+        return source_meta(self.source, self.num_parts, {t: o.offsets for t, o in nodes.items()},
+                           {et: o.offsets for et, o in edges.items()}, self.method_name,
+                           self.seed)
 
     def _write_part(self, tmp: Path, part: int, nodes: Dict[NodeType, NodeOrder],
                     edges: Dict[EdgeType, OrderedEdges], node_rows: Dict[NodeType, Rows],
                     edge_rows: Dict[EdgeType, Rows], uid: str) -> PartStats:
-        csc, halo, n_edges, n_cut = self._part_edges(part, nodes, edges)
-        edge_feats = {edge_key(et): {k: _tensor(v[part]) for k, v in rows.items()}
-                      for et, rows in edge_rows.items()}
-        node_feats = {t: {k: _tensor(v[part]) for k, v in rows.items()}
-                      for t, rows in node_rows.items()}
-        splits, halo_attrs = {}, {}
-        for t, order in nodes.items():
-            lo, _ = owned_range(order.offsets, part)
-            splits[t] = {n[:-len("_mask")]: torch.from_numpy(
-                np.flatnonzero(node_rows[t][n][part]).astype(np.int64) + lo)
-                for n in self.source.mask_names(t)}
-            if t in halo:
-                ids = halo[t].numpy()
-                halo_attrs[t] = {k: torch.from_numpy(gather_rows(
-                    v, order.offsets, ids, self.source.node_specs[t][k]))
-                    for k, v in node_rows[t].items() if k in self.halo_attrs}
         node_ids, edge_ids = self._part_ids(part, nodes, edges)
-        io.write_part(tmp, part, {"csc": csc, "halo": halo, "halo_attrs": halo_attrs, "uid": uid},
-                      node_feats, edge_feats, splits,
-                      {t: torch.from_numpy(v) for t, v in node_ids.items()},
-                      {edge_key(t): _tensor(v) for t, v in edge_ids.items()},
-                      self.source.is_hetero)
-        return PartStats(
-            owned_nodes={t: o.offsets[part + 1] - o.offsets[part] for t, o in nodes.items()},
-            halo_nodes={t: int(halo[t].numel()) if t in halo else 0 for t in nodes},
-            edges=n_edges, cut_edges=n_cut,
-            train_nodes=sum(int(s["train"].numel()) for s in splits.values() if "train" in s))
-
-    def _part_edges(self, part: int, nodes: Dict[NodeType, NodeOrder],
-                    edges: Dict[EdgeType, OrderedEdges]) -> tuple:
-        """CSC tensors, halo ids and edge counts of one partition."""
-        csc, halo_sets, n_edges, n_cut = {}, {}, {}, {}
-        for et, ordered in edges.items():
-            pc = ordered.parts[part]
-            csc[edge_key(et)] = {"indptr": _tensor(pc.indptr), "indices": _tensor(pc.indices)}
-            src_lo, src_hi = owned_range(nodes[et[0]].offsets, part)
-            outside, cut = outside_nodes(plain(pc.indices), src_lo, src_hi,
-                                         self.source.num_nodes[et[0]])
-            n_edges[et], n_cut[et] = int(pc.indices.shape[0]), int(cut)
-            halo_sets.setdefault(et[0], []).append(torch.from_numpy(outside))
-        halo = {t: torch.unique(torch.cat(v)) for t, v in halo_sets.items()}
-        return csc, halo, n_edges, n_cut
+        pieces = PartPieces(
+            csc={et: (o.parts[part].indptr, o.parts[part].indices) for et, o in edges.items()},
+            node_rows={t: {k: v[part] for k, v in rows.items()} for t, rows in node_rows.items()},
+            edge_rows={et: {k: v[part] for k, v in rows.items()}
+                       for et, rows in edge_rows.items()},
+            node_ids=node_ids, edge_ids=edge_ids)
+        offsets = {t: o.offsets for t, o in nodes.items()}
+        halo = part_halo(self.source, part, pieces, offsets)
+        halo_rows = {t: {k: gather_rows(node_rows[t][k], offsets[t], ids,
+                                        self.source.node_specs[t][k])
+                         for k in halo_attr_names(self.source, t, self.halo_attrs)}
+                     for t, ids in halo.halo.items()}
+        return write_source_part(tmp, part, self.source, pieces, offsets, halo, halo_rows, uid)
 
     @staticmethod
     def _part_ids(part: int, nodes: Dict[NodeType, NodeOrder],

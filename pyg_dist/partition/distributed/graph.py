@@ -1,0 +1,190 @@
+"""Each rank's share of the symmetric adjacency, and ghost exchanges.
+
+Node ids are the combined id space of all node types (types in order). Rank ``r`` is
+the *home* of ids ``[bounds[r], bounds[r + 1])``: it keeps their neighbour lists
+(undirected, loop- and duplicate-free, as METIS sees the graph) in memory-mapped
+scratch files, and per-node arrays for them only. A neighbour homed elsewhere is a
+*ghost*: neighbour lists refer to local nodes as ``0..n-1`` and to ghosts as
+``n + i`` (``ghosts[i]`` its global id), so a value per node and per ghost is one
+array of ``n + len(ghosts)`` slots. :meth:`LocalGraph.ghost_values` fetches the
+ghosts' current values from their homes with one all-to-all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Tuple
+
+import numba
+import numpy as np
+
+from pyg_dist.partition.distributed.comm import Comm, home_of, route
+from pyg_dist.partition.kernels import dedup_rows
+from pyg_dist.partition.outofcore.csr import type_offsets
+from pyg_dist.partition.outofcore.scratch import Scratch, plain
+from pyg_dist.partition.outofcore.source import ChunkedSource
+from pyg_dist.typing import EdgeType
+
+
+@dataclass
+class EdgeFiles:
+    """Which edge chunk files each rank reads, and where each file's edge ids start.
+
+    Args:
+        files: per edge type, the chunk indices this rank reads (a contiguous run).
+        starts: per edge type, the first edge id of every chunk (and the total last).
+        bounds: per edge type, ``world + 1`` edge id bounds: rank ``r`` reads edges
+            ``[bounds[r], bounds[r + 1])``.
+    """
+    files: Dict[EdgeType, range]
+    starts: Dict[EdgeType, np.ndarray]
+    bounds: Dict[EdgeType, np.ndarray]
+
+    @classmethod
+    def share(cls, comm: Comm, source: ChunkedSource) -> "EdgeFiles":
+        """Deals every edge type's chunk files to ranks in contiguous runs and agrees on
+        their edge counts (each rank counts its own files)."""
+        files, starts, bounds = {}, {}, {}
+        for et, name in source.edge_names.items():
+            count = source.graph.num_edge_chunks(name)
+            mine = range(count * comm.rank // comm.world, count * (comm.rank + 1) // comm.world)
+            rows = [source.graph.edge_chunk_rows(name, i) for i in mine]
+            everyone = comm.allgather(rows, f"counting the edge chunks of {name}")
+            sizes = np.array([n for r in everyone for n in r], dtype=np.int64)
+            starts[et] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            firsts = [count * r // comm.world for r in range(comm.world + 1)]
+            bounds[et] = starts[et][firsts]
+            files[et] = mine
+            if int(starts[et][-1]) != source.num_edges(et):
+                from pyg_dist.chunked import ChunkedFormatError
+
+                raise ChunkedFormatError(f"the edge chunks of {name} hold {starts[et][-1]} "
+                                         f"edges, but metadata.json says "
+                                         f"{source.num_edges(et)}")
+        return cls(files, starts, bounds)
+
+    def blocks(self, source: ChunkedSource, edge_type: EdgeType, block: int
+               ) -> Iterator[Tuple[np.ndarray, np.ndarray, int]]:
+        """``(src, dst, first edge id)`` of this rank's edges of one type, at most
+        ``block`` edges at a time."""
+        name = source.edge_names[edge_type]
+        for i in self.files[edge_type]:
+            src, dst = (t.numpy() for t in source.graph.read_edge_chunk(name, i))
+            start = int(self.starts[edge_type][i])
+            for lo in range(0, src.shape[0], block):
+                yield src[lo:lo + block], dst[lo:lo + block], start + lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill(pairs: np.ndarray, lo: int, cursor: np.ndarray, buf: np.ndarray) -> None:
+    for e in range(pairs.shape[0]):
+        u = pairs[e, 0] - lo
+        buf[cursor[u]] = pairs[e, 1]
+        cursor[u] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _to_slots(adj: np.ndarray, lo: int, hi: int, ghosts: np.ndarray, out: np.ndarray) -> None:
+    n = hi - lo
+    for i in range(adj.shape[0]):
+        v = adj[i]
+        if lo <= v < hi:
+            out[i] = v - lo
+        else:
+            out[i] = n + np.searchsorted(ghosts, v)
+
+
+@dataclass
+class LocalGraph:
+    """This rank's nodes ``[lo, hi)`` with their neighbour lists over local and ghost slots.
+
+    Args:
+        bounds: ``world + 1`` node id bounds of the homes.
+        xadj: ``n + 1`` row pointers (in memory).
+        adj: neighbour slots (a memory map).
+        ghosts: sorted global ids of the ghosts.
+        serve: per rank, the local nodes that rank keeps as ghosts (its order).
+    """
+    bounds: np.ndarray
+    xadj: np.ndarray
+    adj: np.ndarray
+    ghosts: np.ndarray
+    serve: List[np.ndarray]
+    rank: int
+
+    @property
+    def lo(self) -> int:
+        return int(self.bounds[self.rank])
+
+    @property
+    def hi(self) -> int:
+        return int(self.bounds[self.rank + 1])
+
+    @property
+    def n(self) -> int:
+        return self.hi - self.lo
+
+    def ghost_values(self, comm: Comm, values: np.ndarray, what: str) -> np.ndarray:
+        """The ghosts' entries of a per-node array (``values`` holds this rank's nodes)."""
+        got = comm.alltoallv([values[s] for s in self.serve], what)
+        return np.concatenate(got) if got else values[:0]
+
+    def slots(self, comm: Comm, values: np.ndarray, what: str) -> np.ndarray:
+        """``values`` of local nodes followed by the ghosts' (one array over slots)."""
+        return np.concatenate([values, self.ghost_values(comm, values, what)])
+
+
+def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scratch: Scratch,
+                      block: int) -> LocalGraph:
+    """Streams this rank's edge chunks, sends both directions of every edge to the home
+    of its first end, and builds the local neighbour lists (bounded rounds)."""
+    offsets = type_offsets(source.num_nodes)
+    total = source.total_nodes
+    bounds = np.array([total * r // comm.world for r in range(comm.world + 1)], dtype=np.int64)
+    lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
+    pairs_path = scratch.path("pairs.bin")
+    received = 0
+
+    def chunks() -> Iterator[np.ndarray]:
+        for et in source.edge_names:
+            for src, dst, _ in files.blocks(source, et, block):
+                u, v = src + offsets[et[0]], dst + offsets[et[2]]
+                keep = u != v
+                u, v = u[keep], v[keep]
+                yield np.concatenate([np.stack([u, v], 1), np.stack([v, u], 1)])
+
+    with open(pairs_path, "wb") as out:
+        for pairs in comm.rounds(chunks(), "sending edges to their nodes' ranks"):
+            pairs = np.empty((0, 2), dtype=np.int64) if pairs is None else pairs
+            got, = route(comm, home_of(pairs[:, 0], bounds), [pairs],
+                         "sending edges to their nodes' ranks")
+            out.write(np.ascontiguousarray(got, dtype=np.int64).tobytes())
+            received += got.shape[0]
+    n = hi - lo
+    pairs = np.memmap(pairs_path, dtype=np.int64, mode="r", shape=(received, 2)) \
+        if received else np.empty((0, 2), dtype=np.int64)
+    counts = np.zeros(n + 1, dtype=np.int64)
+    for start in range(0, received, block):
+        counts[1:] += np.bincount(pairs[start:start + block, 0] - lo, minlength=n)
+    ptr = np.cumsum(counts)
+    buf = plain(scratch.array("neighbours", np.int64, (received,)))
+    cursor = ptr[:-1].copy()
+    for start in range(0, received, block):
+        _fill(np.asarray(pairs[start:start + block]), lo, cursor, buf)
+    del cursor, pairs
+    pairs_path.unlink(missing_ok=True)
+    xadj = dedup_rows(ptr, buf)
+    size = int(xadj[-1])
+    ghosts = np.empty(0, dtype=np.int64)
+    for start in range(0, size, block):
+        piece = buf[start:min(start + block, size)]
+        ghosts = np.union1d(ghosts, piece[(piece < lo) | (piece >= hi)])
+    ghosts = ghosts.astype(np.int64)
+    adj = plain(scratch.array("adjacency", np.int64, (size,)))
+    _to_slots(buf[:size], lo, hi, ghosts, adj)
+    Scratch.drop(buf)
+    del buf
+    dest = home_of(ghosts, bounds)
+    cuts = np.cumsum(np.bincount(dest, minlength=comm.world))[:-1]
+    asked = comm.alltoallv(np.split(ghosts, cuts), "agreeing on ghost nodes")
+    serve = [a - lo for a in asked]
+    return LocalGraph(bounds, xadj, adj, ghosts, serve, comm.rank)

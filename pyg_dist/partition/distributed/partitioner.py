@@ -1,0 +1,541 @@
+"""Partitioning a chunked graph on several machines: one rank per machine (or more),
+started by ``torchrun``; the output is the same format as every other partitioner's.
+
+Each rank reads a contiguous run of every edge type's chunk files and is the *home*
+of a contiguous range of node ids (all node types in one id space): it holds arrays
+for those nodes only. The steps, each a series of bounded all-to-all rounds over the
+gloo group:
+
+1. assign (:mod:`.assign`): local neighbour lists, label propagation with ghost labels
+   exchanged, the cluster graph gathered on rank 0 for METIS (in a child process), the
+   result handed back, refinement and balancing (``method="random"``: balanced dealing);
+2. relabel: new ids contiguous per partition, in original id order within it (as
+   :class:`~pyg_dist.partition.partitioner.NodeOrder` numbers them);
+3. edges go to the rank writing their destination's partition, which puts them in
+   CSC order (ties in original edge order, as the other partitioners do);
+4. node and edge data rows go from the rank reading them to the writer of their
+   partition, block by block; halo rows are asked from their owners' writers;
+5. uid over every partition's digest; each rank writes the partitions it serves
+   (partition ``p`` by rank ``p * world // num_parts``), and ``META.json`` is written
+   next to them.
+
+Output folders: every rank writes into a hidden temporary folder beside ``--out``.
+When the ranks are done, the lowest rank that can see another rank's folder (the same
+file system: one machine, or a shared one) moves that rank's partitions into its own
+folder, writes ``META.json`` and renames the folder to ``--out``. On machines that
+share no file system, each machine's ``--out`` holds ``META.json`` and the partitions
+its ranks wrote: what its trainers load. A failure on any rank, or a rank that dies,
+stops every rank before anything is renamed, so ``--out`` is absent (or as it was)
+or complete, never half written.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from pyg_dist.chunked import ChunkedGraph
+from pyg_dist.partition import io, leftovers
+from pyg_dist.partition.distributed.assign import DistAssigner, random_local_parts
+from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
+from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
+from pyg_dist.partition.identity import part_digest, partition_uid
+from pyg_dist.partition.meta import AttrSpec, PartitionMeta
+from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
+from pyg_dist.partition.outofcore.csr import type_offsets
+from pyg_dist.partition.outofcore.edges import EdgeBuckets, _csc
+from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
+                                                source_meta, write_source_part)
+from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
+from pyg_dist.partition.outofcore.scratch import Scratch
+from pyg_dist.partition.outofcore.source import ChunkedSource
+from pyg_dist.partition.partitioner import PartitionTimings, _Laps
+from pyg_dist.partition.progress import step
+from pyg_dist.typing import EdgeType, NodeType
+
+#: bytes held per edge in one exchange round (the block read, its lookups, the
+#: records sent and received, and their sorting)
+BYTES_PER_ROUND_EDGE = 256
+
+
+def _test_kill(phase: str, rank: int) -> None:
+    """Test hook: ``PYG_DIST_TEST_PARTITION_KILL=<phase>:<rank>`` kills that rank (SIGKILL)
+    when it reaches ``phase``; nothing happens without the variable."""
+    if os.environ.get("PYG_DIST_TEST_PARTITION_KILL") == f"{phase}:{rank}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def writer_of(part: int, num_parts: int, world: int) -> int:
+    """The rank that writes (and whose machine serves) partition ``part``."""
+    return part * world // num_parts
+
+
+class DistPartitioner:
+    """Partitions a chunked graph folder with every rank of the job taking a share.
+
+    Collective: every rank constructs it with the same options (they are checked)
+    and calls :meth:`generate`. With one rank it runs the same steps in one process.
+
+    Args:
+        input (str, Path or ChunkedGraph): the chunked graph; every rank reads the
+            same folder (a shared file system, or the same copy on every machine).
+        num_parts (int): number of partitions.
+        root (str or Path): output folder (see the module docstring).
+        memory_budget (int or str): bytes each rank may hold beyond its node arrays.
+        comm (Comm): the ranks (default: one rank).
+        method (str): ``"metis"`` (label propagation + METIS on the cluster graph) or
+            ``"random"``.
+        seed (int): seed of every random choice.
+        overwrite (bool): replace an existing non-empty ``root``.
+        halo_attrs (Iterable[str]): node attributes also stored for halo nodes.
+        progress (bool): report the steps on ``stderr`` (rank 0).
+    """
+
+    def __init__(self, input: Union[str, Path, ChunkedGraph], num_parts: int,
+                 root: Union[str, Path], memory_budget: Union[int, str],
+                 comm: Optional[Comm] = None, method: str = "metis", seed: int = 0,
+                 overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
+                 progress: bool = True) -> None:
+        self.comm = comm or Comm()
+        if method not in ("metis", "random"):
+            raise ValueError(f"unknown partition method '{method}' (multi-machine "
+                             f"partitioning takes 'metis' or 'random')")
+        graph = input if isinstance(input, ChunkedGraph) else ChunkedGraph.open(input)
+        self.source = ChunkedSource.open(graph)
+        total_nodes = self.source.total_nodes
+        if not isinstance(num_parts, int) or not 1 <= num_parts <= total_nodes:
+            raise ValueError(f"num_parts must be an integer in [1, {total_nodes}] "
+                             f"(the number of nodes), got {num_parts!r}")
+        total = parse_size(memory_budget) if isinstance(memory_budget, str) else memory_budget
+        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+            raise ValueError(f"memory_budget must be a positive number of bytes or a size "
+                             f"such as '4GB', got {memory_budget!r}")
+        self.budget = MemoryBudget(total)
+        self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
+        self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
+        self.progress = progress and self.comm.rank == 0
+        self.block = max(total // (4 * BYTES_PER_ROUND_EDGE), 64)
+        for et, name in self.source.edge_names.items():
+            self.budget.check_ordered_edges(
+                -(-self.source.num_edges(et) // num_parts), f"an even share of edge type {name}")
+        self.timings: Optional[PartitionTimings] = None
+        c = self.comm
+        self.mine = [p for p in range(num_parts) if writer_of(p, num_parts, c.world) == c.rank]
+
+    # ---- agreement -------------------------------------------------------------------------
+    def _identity(self) -> Dict[str, object]:
+        """What every rank must agree on: options and the input as each rank sees it."""
+        src = self.source
+        return {"num_parts": self.num_parts, "method": self.method, "seed": self.seed,
+                "overwrite": self.overwrite, "halo_attrs": list(self.halo_attrs),
+                "output folder name": self.root.name, "num_nodes": dict(src.num_nodes),
+                "num_edges": {src.edge_names[et]: src.num_edges(et) for et in src.edge_names},
+                "node data": {t: {k: str(v) for k, v in s.items()}
+                              for t, s in src.node_specs.items()},
+                "edge data": {src.edge_names[et]: {k: str(v) for k, v in s.items()}
+                              for et, s in src.edge_specs.items()}}
+
+    def _step(self, text: str):
+        return step(text, enabled=self.progress)
+
+    # ---- the whole run -------------------------------------------------------------------
+    def generate(self) -> PartitionMeta:
+        """Writes the partitions (collectively) and returns their :class:`PartitionMeta`."""
+        comm, out = self.comm, self.root
+        start, laps = time.perf_counter(), _Laps()
+        error: Optional[BaseException] = None
+        try:
+            if out.exists() and not out.is_dir():
+                raise FileExistsError(f"output {out} exists and is not a folder")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            leftovers.clean_stale(out)
+            if out.is_dir() and any(out.iterdir()) and not self.overwrite:
+                raise FileExistsError(f"output folder {out} exists and is not empty (pass "
+                                      f"--overwrite to replace it)")
+        except (OSError, ValueError) as exc:
+            error = exc
+        infos = comm.allgather({"fields": self._identity(), "error": None if error is None
+                                else f"{type(error).__name__}: {error}",
+                                "host": socket.gethostname()}, "starting to partition")
+        self._check_start(infos, error)
+        tmp = leftovers.claim(out)
+        try:
+            meta = self._run(tmp, laps)
+            self._finish(tmp, meta)
+        finally:
+            leftovers.release(tmp, out)
+        laps.lap("write")
+        phases = {**self.assign_phases, **laps.phases_s}
+        self.timings = PartitionTimings(time.perf_counter() - start,
+                                        phases.get("metis", 0.0), phases)
+        return meta
+
+    def _check_start(self, infos: List[dict], error: Optional[BaseException]) -> None:
+        if error is not None:
+            raise error
+        failed = [f"rank {r} ({i['host']}): {i['error']}" for r, i in enumerate(infos)
+                  if i["error"]]
+        if failed:
+            from pyg_dist.rpc.agreement import PeerFailedError
+
+            raise PeerFailedError("partitioning cannot start on other rank(s): "
+                                  + "; ".join(failed))
+        mine = infos[self.comm.rank]["fields"]
+        for r, info in enumerate(infos):
+            for key, value in info["fields"].items():
+                if value != mine[key]:
+                    from pyg_dist.rpc.agreement import DisagreementError
+
+                    raise DisagreementError(
+                        f"ranks disagree on {key}: rank {self.comm.rank} has {mine[key]!r}, "
+                        f"rank {r} ({info['host']}) has {value!r} (every rank must run the "
+                        f"same command on the same input)")
+
+    def _run(self, tmp: Path, laps: _Laps) -> PartitionMeta:
+        """Every step but the output folders. An error raised here on one rank ends that
+        rank; the others' next exchange fails, naming it (its error, through the health
+        watchdog's store), so no rank waits forever."""
+        comm = self.comm
+        scratch = Scratch(tmp / f".scratch-{comm.rank}")
+        with self._step("assigning nodes to partitions"):
+            parts = self._assign(scratch)
+        laps.lap("assign")
+        _test_kill("assign", comm.rank)
+        numbers, node_offsets = self._relabel(parts)
+        del parts
+        laps.lap("relabel")
+        with self._step("ordering edges"):
+            csc, edge_ids, edge_offsets = self._order_edges(numbers, node_offsets, scratch)
+        laps.lap("order_edges")
+        _test_kill("order_edges", comm.rank)
+        with self._step("copying node and edge data"):
+            node_rows, node_ids = self._node_rows(numbers, node_offsets, scratch)
+            del numbers
+            edge_rows = self._edge_rows(edge_ids, edge_offsets, scratch)
+        laps.lap("copy_rows")
+        _test_kill("copy_rows", comm.rank)
+        pieces = {p: PartPieces(
+            csc={et: v[p] for et, v in csc.items()},
+            node_rows={t: {k: a[p] for k, a in v.items()} for t, v in node_rows.items()},
+            edge_rows={et: {k: a[p] for k, a in v.items()} for et, v in edge_rows.items()},
+            node_ids={t: v[p] for t, v in node_ids.items()},
+            edge_ids={et: v[p] for et, v in edge_ids.items()}) for p in self.mine}
+        halos = {p: part_halo(self.source, p, pieces[p], node_offsets, self.block)
+                 for p in self.mine}
+        halo_rows = self._halo_rows(halos, node_rows, node_offsets)
+        digests = self._merge(comm.allgather(
+            {p: part_digest(pieces[p].node_ids, pieces[p].edge_ids) for p in self.mine},
+            "hashing the partitions"))
+        meta = source_meta(self.source, self.num_parts, node_offsets, edge_offsets,
+                           self.method, self.seed)
+        uid = partition_uid(meta.to_json(), digests)
+        laps.lap("uid")
+        with self._step("writing partitions"):
+            stats = {p: write_source_part(tmp, p, self.source, pieces[p], node_offsets,
+                                          halos[p], halo_rows[p], uid) for p in self.mine}
+        del pieces, node_rows, edge_rows, csc, halo_rows
+        shutil.rmtree(scratch.folder, ignore_errors=True)
+        merged = self._merge(comm.allgather(stats, "collecting partition statistics"))
+        return replace(meta, parts=tuple(merged), uid=uid)
+
+    def _merge(self, everyone: List[Dict[int, object]]) -> list:
+        """Per-partition values gathered from their writers, in partition order."""
+        merged = {p: v for e in everyone for p, v in e.items()}
+        return [merged[p] for p in range(self.num_parts)]
+
+    # ---- 1. assign -------------------------------------------------------------------------
+    def _local_nodes(self) -> Tuple[np.ndarray, np.ndarray, Dict[NodeType, Tuple[int, int]]]:
+        """Node type index and train flag of this rank's nodes, and per type the
+        (type-relative) range of its nodes."""
+        src, comm = self.source, self.comm
+        total = src.total_nodes
+        lo, hi = total * comm.rank // comm.world, total * (comm.rank + 1) // comm.world
+        group = np.empty(hi - lo, dtype=np.int64)
+        train = np.zeros(hi - lo, dtype=bool)
+        ranges = {}
+        block = self.budget.block_rows(1)
+        for i, (t, off) in enumerate(type_offsets(src.num_nodes).items()):
+            a, b = max(lo, off), min(hi, off + src.num_nodes[t])
+            a, b = (a, b) if a < b else (a, a)
+            ranges[t] = (a - off, b - off)
+            group[a - lo:b - lo] = i
+            if "train" + "_mask" in src.mask_names(t):
+                for s in range(a, b, block):
+                    e = min(s + block, b)
+                    train[s - lo:e - lo] = src.node_rows(t, "train_mask", s - off, e - off)
+        return group, train, ranges
+
+    def _assign(self, scratch: Scratch) -> np.ndarray:
+        """The partition of this rank's nodes."""
+        comm = self.comm
+        start = time.perf_counter()
+        self.files = EdgeFiles.share(comm, self.source)
+        group, train, self.node_ranges = self._local_nodes()
+        self.group = group
+        self.assign_phases: Dict[str, float] = {}
+        types = len(self.source.num_nodes)
+        if self.num_parts == 1:
+            return np.zeros(group.shape[0], dtype=np.int64)
+        if self.method == "random":
+            return random_local_parts(comm, group, train, types, self.num_parts, self.seed)
+        graph = build_local_graph(comm, self.source, self.files, scratch, self.block)
+        self.assign_phases["adjacency"] = time.perf_counter() - start
+        assigner = DistAssigner(comm, graph, group, train, types, self.num_parts, self.seed,
+                                self.budget.total, scratch)
+        parts = assigner.metis(self.block)
+        self.assign_phases.update(assigner.phases)
+        Scratch.drop(graph.adj)
+        return parts
+
+    # ---- 2. relabel ------------------------------------------------------------------------
+    def _relabel(self, parts: np.ndarray
+                 ) -> Tuple[np.ndarray, Dict[NodeType, Tuple[int, ...]]]:
+        """``[n, 2]`` (new type-relative id, partition) of this rank's nodes, and the
+        partition offsets of every node type."""
+        comm, P = self.comm, self.num_parts
+        types = list(self.source.num_nodes)
+        counts = np.zeros((len(types), P), dtype=np.int64)
+        for i in range(len(types)):
+            counts[i] = np.bincount(parts[self.group == i], minlength=P)
+        everyone = np.array(comm.allgather(counts.tolist(), "numbering nodes"),
+                            dtype=np.int64).reshape(comm.world, len(types), P)
+        totals = everyone.sum(0)
+        offsets = {t: tuple(int(x) for x in np.concatenate([[0], np.cumsum(totals[i])]))
+                   for i, t in enumerate(types)}
+        numbers = np.empty((parts.shape[0], 2), dtype=np.int64)
+        numbers[:, 1] = parts
+        for i, t in enumerate(types):
+            idx = np.flatnonzero(self.group == i)
+            tp = parts[idx]
+            base = np.array(offsets[t][:-1], dtype=np.int64) + everyone[:comm.rank, i].sum(0)
+            order = np.argsort(tp, kind="stable")
+            starts = np.concatenate([[0], np.cumsum(np.bincount(tp, minlength=P))[:-1]])
+            ranked = np.arange(idx.shape[0], dtype=np.int64) - starts[tp[order]]
+            numbers[idx[order], 0] = base[tp[order]] + ranked
+        return numbers, offsets
+
+    def _numbers_of(self, numbers: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
+        """``[k, 2]`` (new id, partition) of combined node ids, from their homes."""
+        total = self.source.total_nodes
+        bounds = np.array([total * r // self.comm.world for r in range(self.comm.world + 1)],
+                          dtype=np.int64)
+        lo = int(bounds[self.comm.rank])
+        return lookup(self.comm, ids, bounds, lambda k: numbers[k - lo], what)
+
+    # ---- 3. edges --------------------------------------------------------------------------
+    def _order_edges(self, numbers: np.ndarray, node_offsets: Dict[NodeType, Tuple[int, ...]],
+                     scratch: Scratch):
+        comm, P = self.comm, self.num_parts
+        offsets = type_offsets(self.source.num_nodes)
+        csc: Dict[EdgeType, Dict[int, Tuple[np.ndarray, np.ndarray]]] = {}
+        edge_ids: Dict[EdgeType, Dict[int, np.ndarray]] = {}
+        edge_offsets: Dict[EdgeType, Tuple[int, ...]] = {}
+        first = self.mine[0] if self.mine else 0
+        for et, name in self.source.edge_names.items():
+            what = f"sending edges of {name} to their partitions"
+            buckets = EdgeBuckets(scratch, max(len(self.mine), 1), self.budget.buffer_bytes)
+            dst_bounds = np.array(node_offsets[et[2]], dtype=np.int64)
+            for block in comm.rounds(self.files.blocks(self.source, et, self.block), what):
+                if block is None:
+                    src = dst = np.empty(0, dtype=np.int64)
+                    eid0 = 0
+                else:
+                    src, dst, eid0 = block
+                found = self._numbers_of(numbers, np.concatenate(
+                    [src + offsets[et[0]], dst + offsets[et[2]]]), what)
+                k = src.shape[0]
+                records = np.empty((k, 3), dtype=np.int64)
+                records[:, 0] = found[:k, 0]
+                records[:, 1] = found[k:, 0]
+                records[:, 2] = eid0 + np.arange(k, dtype=np.int64)
+                writers = np.array([writer_of(p, P, comm.world) for p in range(P)],
+                                   dtype=np.int64)[found[k:, 1]]
+                got, = route(comm, writers, [records], what)
+                if got.shape[0]:
+                    buckets.add(home_of(got[:, 1], dst_bounds) - first, got)
+            buckets.flush()
+            counts = {p: int(buckets.counts[i]) for i, p in enumerate(self.mine)}
+            everyone = comm.allgather(counts, f"counting the edges of {name}")
+            per_part = {p: c for e in everyone for p, c in e.items()}
+            edge_offsets[et] = tuple(int(x) for x in np.concatenate(
+                [[0], np.cumsum([per_part[p] for p in range(P)])]))
+            csc[et], edge_ids[et] = {}, {}
+            for i, p in enumerate(self.mine):
+                self.budget.check_ordered_edges(counts[p], f"partition {p} (edge type {name})")
+                records = buckets.read(i)
+                records = records[np.argsort(records[:, 2], kind="stable")]
+                lo, hi = node_offsets[et[2]][p], node_offsets[et[2]][p + 1]
+                indptr, indices, order = _csc(records, lo, hi - lo)
+                del records
+                csc[et][p] = (self._keep(scratch, indptr), self._keep(scratch, indices))
+                edge_ids[et][p] = self._keep(scratch, order)
+                buckets.paths[i].unlink(missing_ok=True)
+        return csc, edge_ids, edge_offsets
+
+    @staticmethod
+    def _keep(scratch: Scratch, array: np.ndarray) -> np.ndarray:
+        kept = scratch.array("kept", array.dtype, array.shape)
+        kept[...] = array
+        return kept
+
+    # ---- 4. rows ---------------------------------------------------------------------------
+    def _writer_arrays(self, scratch: Scratch, name: str, spec, offsets: Tuple[int, ...]
+                       ) -> Dict[int, np.ndarray]:
+        return {p: scratch.array(name, np.dtype(spec.dtype),
+                                 (offsets[p + 1] - offsets[p], *spec.shape)) for p in self.mine}
+
+    def _send_rows(self, new: np.ndarray, rows: np.ndarray, offsets: Tuple[int, ...],
+                   outs: Dict[int, np.ndarray], what: str) -> None:
+        """Sends ``rows`` (new ids ``new``) to the writers of their partitions, which
+        store them in ``outs`` (a collective round)."""
+        P, comm = self.num_parts, self.comm
+        bounds = np.array(offsets, dtype=np.int64)
+        parts = home_of(new, bounds)
+        writers = np.array([writer_of(p, P, comm.world) for p in range(P)],
+                           dtype=np.int64)[parts]
+        got_new, got_rows = route(comm, writers, [new, rows], what)
+        got_parts = home_of(got_new, bounds)
+        for p in np.unique(got_parts):
+            mine = got_parts == p
+            outs[int(p)][got_new[mine] - bounds[p]] = got_rows[mine]
+
+    def _node_blocks(self, node_type: NodeType, block: int) -> Iterator[Tuple[int, int]]:
+        a, b = self.node_ranges[node_type]
+        for s in range(a, b, block):
+            yield s, min(s + block, b)
+
+    def _node_rows(self, numbers: np.ndarray, node_offsets, scratch: Scratch):
+        comm, src = self.comm, self.source
+        offsets = type_offsets(src.num_nodes)
+        lo = src.total_nodes * comm.rank // comm.world
+        node_rows: Dict[NodeType, Dict[str, Dict[int, np.ndarray]]] = {}
+        node_ids: Dict[NodeType, Dict[int, np.ndarray]] = {}
+        for t in src.num_nodes:
+            node_ids[t] = self._writer_arrays(scratch, f"node-ids-{t}", AttrSpec("int64", ()),
+                                              node_offsets[t])
+            what = f"sending node ids of {t} to their partitions"
+            for piece in comm.rounds(self._node_blocks(t, self.block), what):
+                a, b = piece if piece is not None else (0, 0)
+                local = np.arange(a, b, dtype=np.int64) + offsets[t] - lo
+                self._send_rows(numbers[local, 0], np.arange(a, b, dtype=np.int64),
+                                node_offsets[t], node_ids[t], what)
+            node_rows[t] = {}
+            for name, spec in src.node_specs[t].items():
+                outs = self._writer_arrays(scratch, f"node-{name}", spec, node_offsets[t])
+                what = f"sending node data {t}/{name} to its partitions"
+                block = self.budget.block_rows(2 * row_bytes(spec) + 32)
+                for piece in comm.rounds(self._node_blocks(t, block), what):
+                    a, b = piece if piece is not None else (0, 0)
+                    rows = src.node_rows(t, name, a, b)
+                    local = np.arange(a, b, dtype=np.int64) + offsets[t] - lo
+                    self._send_rows(numbers[local, 0], rows, node_offsets[t], outs, what)
+                node_rows[t][name] = outs
+        return node_rows, node_ids
+
+    def _edge_rows(self, edge_ids, edge_offsets, scratch: Scratch):
+        comm, src = self.comm, self.source
+        edge_rows: Dict[EdgeType, Dict[str, Dict[int, np.ndarray]]] = {}
+        for et, specs in src.edge_specs.items():
+            edge_rows[et] = {}
+            if not specs:
+                continue
+            name = src.edge_names[et]
+            bounds = self.files.bounds[et]
+            lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
+            inverse = scratch.array(f"edge-inverse-{name}", np.int64, (hi - lo,))
+            what = f"locating the edges of {name}"
+
+            def mapped() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+                for p in self.mine:
+                    ids = edge_ids[et][p]
+                    for s in range(0, ids.shape[0], self.block):
+                        e = min(s + self.block, ids.shape[0])
+                        yield np.asarray(ids[s:e]), edge_offsets[et][p] + np.arange(s, e)
+
+            for piece in comm.rounds(mapped(), what):
+                old, new = piece if piece is not None else (np.empty(0, np.int64),
+                                                            np.empty(0, np.int64))
+                got_old, got_new = route(comm, home_of(old, bounds), [old, new], what)
+                inverse[got_old - lo] = got_new
+            for key, spec in specs.items():
+                outs = self._writer_arrays(scratch, f"edge-{key}", spec, edge_offsets[et])
+                what = f"sending edge data {name}/{key} to its partitions"
+                block = self.budget.block_rows(2 * row_bytes(spec) + 32)
+                ranges = ((s, min(s + block, hi)) for s in range(lo, hi, block))
+                for piece in comm.rounds(ranges, what):
+                    a, b = piece if piece is not None else (lo, lo)
+                    rows = src.edge_rows(et, key, a, b)
+                    self._send_rows(np.asarray(inverse[a - lo:b - lo]), rows, edge_offsets[et],
+                                    outs, what)
+                edge_rows[et][key] = outs
+            Scratch.drop(inverse)
+        return edge_rows
+
+    def _halo_rows(self, halos, node_rows, node_offsets) -> Dict[int, Dict[NodeType, dict]]:
+        """Rows of halo attributes for every halo node of this rank's partitions, asked
+        from the writers of the partitions owning them."""
+        comm, P = self.comm, self.num_parts
+        out: Dict[int, Dict[NodeType, dict]] = {p: {} for p in self.mine}
+        firsts = [min([p for p in range(P) if writer_of(p, P, comm.world) == r] or [P])
+                  for r in range(comm.world)]
+        for t in self.source.num_nodes:
+            names = halo_attr_names(self.source, t, self.halo_attrs)
+            if not names:
+                continue
+            offsets = node_offsets[t]
+            bounds = np.array([offsets[f] for f in firsts] + [offsets[-1]], dtype=np.int64)
+            mine_offsets = [offsets[p] for p in self.mine] + \
+                ([offsets[self.mine[-1] + 1]] if self.mine else [])
+            ids = [halos[p].halo.get(t, np.empty(0, np.int64)) for p in self.mine]
+            every = np.concatenate(ids) if ids else np.empty(0, np.int64)
+            for name in names:
+                spec = self.source.node_specs[t][name]
+                arrays = [node_rows[t][name][p] for p in self.mine]
+                rows = lookup(comm, every, bounds,
+                              lambda k: gather_rows(arrays, mine_offsets, k, spec),
+                              f"fetching halo rows of {t}/{name}")
+                cuts = np.cumsum([i.shape[0] for i in ids])[:-1]
+                for p, piece in zip(self.mine, np.split(rows, cuts)):
+                    if t in halos[p].halo:
+                        out[p].setdefault(t, {})[name] = piece
+        return out
+
+    # ---- 5. output folders -----------------------------------------------------------------
+    def _finish(self, tmp: Path, meta: PartitionMeta) -> None:
+        """Gathers the partitions of ranks sharing a file system into one folder per file
+        system, writes META there and renames it to ``--out`` (see the module docstring)."""
+        comm = self.comm
+        token = comm.allgather(uuid.uuid4().hex if comm.rank == 0 else None,
+                               "finishing the output")[0]
+        marker = tmp / f".rank-{comm.rank}-{token}"
+        marker.touch()
+        folders = comm.allgather(str(tmp), "finishing the output")
+        seen = [r for r, f in enumerate(folders) if (Path(f) / f".rank-{r}-{token}").exists()]
+        if os.environ.get("PYG_DIST_TEST_PARTITION_UNSHARED") == "1":  # test hook: as if
+            seen = [comm.rank]  # every rank ran on a machine of its own
+        leaders = comm.allgather(min(seen), "finishing the output")
+        error: Optional[BaseException] = None
+        try:
+            if leaders[comm.rank] == comm.rank:
+                for r, leader in enumerate(leaders):
+                    if leader == comm.rank and r != comm.rank:
+                        for part in Path(folders[r]).glob("part_*"):
+                            os.replace(part, tmp / part.name)
+                for stale in tmp.glob(".rank-*"):
+                    stale.unlink()
+                io.save_json(meta.to_json(), tmp / io.META_FILE)
+        except OSError as exc:
+            error = exc
+        comm.check("gathering the partitions", error)
+        _test_kill("rename", comm.rank)
+        if leaders[comm.rank] == comm.rank:
+            io._swap_in(tmp, self.root)
+        comm.check("renaming the output folder", None)

@@ -1,0 +1,253 @@
+"""Multi-machine partitioning (``DistPartitioner``; ``pyg-dist-partition`` under torchrun).
+
+Ground truth is the unpartitioned graph: every output passes the in-memory round-trip
+checks (every node owned once, every edge once with its endpoints, rows and labels
+equal, halos), with 1, 2 and 3 ranks, homogeneous and heterogeneous graphs with edge
+attributes and times. Cuts stay within 1.3x of in-memory METIS and of the out-of-core
+path. A rank that dies is named by the others and leaves no ``--out`` behind.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from pyg_dist.chunked import read_chunked, write_chunked
+from pyg_dist.cli.partition import main as partition_main
+from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
+from pyg_dist.partition import Partitioner, io
+from pyg_dist.partition.distributed import DistPartitioner
+from pyg_dist.partition.outofcore import OutOfCorePartitioner
+from pyg_dist.partition.tables import GraphTables
+from pyg_dist.store import LocalGraphStore
+from pyg_dist.testing import free_port
+from pyg_dist.testing.launch import run_ranks
+from test_outofcore import _cut, _homo, assert_same_output
+from test_roundtrip import check_roundtrip
+
+REPO = Path(__file__).resolve().parents[2]
+GRAPHS = {"homo": _homo, "hetero": lambda: hetero_community_graph(240, avg_degree=4,
+                                                                    feat_dim=3, seed=1)}
+
+
+def _chunks(tmp: Path, name: str, data, chunk_size: int = 61) -> Tuple[Path, GraphTables]:
+    folder = tmp / f"chunks-{name}"
+    write_chunked(data, folder, chunk_size=chunk_size)
+    return folder, GraphTables.from_data(read_chunked(folder))
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("method", ["random", "metis"])
+def test_one_rank_writes_what_the_in_memory_partitioner_writes(tmp_path: Path, graph: str,
+                                                               method: str) -> None:
+    """One rank runs every exchange with itself. Random dealing then equals the in-memory
+    one, and so does the coarsen path on graphs this small (the cluster cap is one node,
+    so METIS sees the graph itself): the same files, byte for byte."""
+    folder, _ = _chunks(tmp_path, graph, GRAPHS[graph](), chunk_size=29)
+    data = read_chunked(folder)
+    for num_parts in (1, 2, 3):
+        want, got = tmp_path / f"mem{num_parts}", tmp_path / f"dist{num_parts}"
+        Partitioner(data, num_parts, want, method=method,
+                    coarsen=True if method == "metis" else None, progress=False).generate()
+        part = DistPartitioner(folder, num_parts, got, "256KB", method=method, progress=False)
+        part.generate()
+        assert_same_output(got, want, num_parts)
+        assert {"assign", "order_edges", "copy_rows", "write"} <= set(part.timings.phases_s)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def partition_job(configs: List[Tuple[str, int, str, str, str]]) -> List[Tuple[str, float]]:
+    """Runs on every rank: each config ``(input, num_parts, out, budget, method)`` in turn;
+    returns the uid of each output and its seconds."""
+    import pyg_dist
+    from pyg_dist.partition.distributed import Comm, DistPartitioner
+
+    ctx = pyg_dist.init_process_group("gloo")
+    comm = Comm(ctx.rank, ctx.world_size)
+    out = []
+    for folder, num_parts, root, budget, method in configs:
+        start = time.perf_counter()
+        meta = DistPartitioner(folder, num_parts, root, budget, comm=comm, method=method,
+                               progress=False).generate()
+        out.append((meta.uid, time.perf_counter() - start))
+    return out
+
+
+def _in_memory_cut(data, num_parts: int, root: Path) -> int:
+    return _cut(Partitioner(data, num_parts, root, progress=False).generate())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_write_valid_partitions_of_similar_cut(tmp_path: Path, cora, world: int) -> None:
+    """2 and 3 ranks, homogeneous and heterogeneous, random and METIS: valid partitions;
+    METIS cuts within 1.3x of the in-memory and out-of-core paths' (with 2 ranks on Cora
+    and a community graph as well)."""
+    graphs = {"homo": _homo(), "hetero": GRAPHS["hetero"]()}
+    plan = [("homo", 3, "random"), ("homo", 2, "metis"), ("hetero", 3, "metis"),
+            ("hetero", 2, "random")]
+    if world == 2:
+        graphs.update(cora=cora, community=community_graph(3000, 10.0, 4, 4, seed=0))
+        plan += [("cora", 2, "metis"), ("cora", 3, "metis"), ("community", 2, "metis"),
+                 ("community", 3, "metis")]
+    inputs = {name: _chunks(tmp_path, name, data, 500 if name in ("cora", "community") else 61)
+              for name, data in graphs.items()}
+    configs = [(str(inputs[g][0]), p, str(tmp_path / "out" / f"{g}-{p}-{m}"), "2MB", m)
+               for g, p, m in plan]
+    results = run_ranks(partition_job, world, configs, timeout=240)
+    for i, (g, p, m) in enumerate(plan):
+        root = tmp_path / "out" / f"{g}-{p}-{m}"
+        assert len({r[i][0] for r in results}) == 1  # one uid on every rank
+        meta = io.read_meta(root)
+        assert meta.uid == results[0][i][0]
+        assert check_roundtrip(inputs[g][1], root, p) == _cut(meta)
+        owned = [sum(s.owned_nodes.values()) for s in meta.parts]
+        total = sum(inputs[g][1].num_nodes.values())
+        assert max(owned) <= 1.03 * total / p + len(inputs[g][1].num_nodes), owned
+        if m == "metis":
+            data = read_chunked(inputs[g][0])
+            want = _in_memory_cut(data, p, tmp_path / "mem" / f"{g}-{p}")
+            ooc = _cut(OutOfCorePartitioner(inputs[g][0], p, tmp_path / "ooc" / f"{g}-{p}",
+                                            "2MB", coarsen=True, progress=False).generate())
+            assert _cut(meta) <= 1.3 * want and _cut(meta) <= 1.3 * ooc, (g, p, _cut(meta),
+                                                                          want, ooc)
+            assert want <= 1.3 * _cut(meta) and ooc <= 1.3 * _cut(meta)
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+def test_each_machine_keeps_its_partitions_without_a_shared_file_system(tmp_path: Path
+                                                                         ) -> None:
+    """Ranks that cannot see each other's folders each write META and their partitions
+    to their own ``--out``; together they hold the whole partitioning."""
+    folder, tables = _chunks(tmp_path, "homo", _homo())
+    roots = [tmp_path / f"machine{r}" / "out" for r in range(2)]
+    run_ranks(_unshared_job, 2, str(folder), [str(r) for r in roots], timeout=120,
+              extra_env={"PYG_DIST_TEST_PARTITION_UNSHARED": "1"})
+    assert sorted(p.name for p in roots[0].iterdir()) == ["META.json", "part_0", "part_1"]
+    assert sorted(p.name for p in roots[1].iterdir()) == ["META.json", "part_2", "part_3"]
+    for r, parts in ((0, (0, 1)), (1, (2, 3))):
+        for p in parts:
+            assert LocalGraphStore.from_partition(roots[r], p).part == p
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    (merged / io.META_FILE).write_bytes((roots[0] / io.META_FILE).read_bytes())
+    assert (roots[1] / io.META_FILE).read_bytes() == (roots[0] / io.META_FILE).read_bytes()
+    for r, parts in ((0, (0, 1)), (1, (2, 3))):
+        for p in parts:
+            os.replace(roots[r] / f"part_{p}", merged / f"part_{p}")
+    assert check_roundtrip(tables, merged, 4) >= 0
+
+
+def _unshared_job(folder: str, roots: List[str]) -> str:
+    import pyg_dist
+    from pyg_dist.partition.distributed import Comm, DistPartitioner
+
+    ctx = pyg_dist.init_process_group("gloo")
+    return DistPartitioner(folder, 4, roots[ctx.rank], "2MB", method="metis",
+                           comm=Comm(ctx.rank, ctx.world_size), progress=False).generate().uid
+
+
+def _torchrun(args: List[str], port: int, nnodes: int = 1, node_rank: int = 0,
+              nproc: int = 2, env: Dict[str, str] = None) -> subprocess.Popen:
+    rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"] if nnodes > 1 else \
+        ["--master-addr=127.0.0.1", f"--master-port={port}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+           f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", *rdzv, "--max-restarts=0",
+           "-m", "pyg_dist.cli.partition", *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                "PYG_DIST_RPC_TIMEOUT": "20", **(env or {})}
+    return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> Tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout:.0f}s:\n{out[-8000:]}")
+    return proc.returncode, out
+
+
+def test_torchrun_command_partitions_a_chunked_graph(tmp_path: Path) -> None:
+    """The README's command: ``torchrun ... pyg-dist-partition --input DIR`` on 2 ranks."""
+    folder, tables = _chunks(tmp_path, "hetero", GRAPHS["hetero"]())
+    out = tmp_path / "out"
+    code, text = _wait(_torchrun(["--input", str(folder), "--out", str(out), "--num-parts",
+                                  "2", "--memory-budget", "4MB"], free_port()), 180)
+    assert code == 0, text[-8000:]
+    assert "on 2 ranks" in text and "phases:" in text
+    assert check_roundtrip(tables, out, 2) == _cut(io.read_meta(out))
+
+
+def _leftovers(folder: Path) -> List[str]:
+    return [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+
+def test_rank_that_dies_is_named_and_leaves_no_output(tmp_path: Path) -> None:
+    """Two machines (two torchrun commands); machine 1's rank is SIGKILLed after ordering
+    edges. Machine 0's rank exits non-zero naming rank 1 and ``--out`` never appears; the
+    next run completes and removes what the killed rank left."""
+    folder, tables = _chunks(tmp_path, "homo", _homo())
+    out = tmp_path / "out"
+    args = ["--input", str(folder), "--out", str(out), "--num-parts", "2",
+            "--memory-budget", "4MB", "--quiet"]
+    port = free_port()
+    kill = {"PYG_DIST_TEST_PARTITION_KILL": "order_edges:1"}
+    first = _torchrun(args, port, nnodes=2, node_rank=0, nproc=1, env=kill)
+    time.sleep(3)  # machine 0's agent hosts the rendezvous store
+    second = _torchrun(args, port, nnodes=2, node_rank=1, nproc=1, env=kill)
+    code0, text0 = _wait(first, 120)
+    code1, _ = _wait(second, 120)
+    assert code0 != 0 and code1 != 0
+    assert "pyg-dist-partition (rank 0): error:" in text0, text0[-8000:]
+    assert "rank 1 has sent no heartbeat" in text0 or "rank 1 failed" in text0, text0[-8000:]
+    assert not out.exists()
+    code, text = _wait(_torchrun(args, free_port()), 120)
+    assert code == 0, text[-8000:]
+    assert check_roundtrip(tables, out, 2) >= 0
+    assert not _leftovers(tmp_path)
+
+
+def test_ranks_running_different_commands_stop_naming_the_option(tmp_path: Path) -> None:
+    folder, _ = _chunks(tmp_path, "homo", _homo())
+    args = ["--input", str(folder), "--out", str(tmp_path / "out"), "--num-parts", "2",
+            "--memory-budget", "4MB", "--quiet"]
+    port = free_port()
+    first = _torchrun(args + ["--seed", "1"], port, nnodes=2, node_rank=0, nproc=1)
+    time.sleep(3)
+    second = _torchrun(args + ["--seed", "2"], port, nnodes=2, node_rank=1, nproc=1)
+    for proc in (first, second):
+        code, text = _wait(proc, 120)
+        assert code != 0
+        assert "ranks disagree on seed" in text, text[-8000:]
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (["--pyg-extras"], "--pyg-extras is not built for multi-machine partitioning"),
+    (["--method", "kaminpar"], "--method kaminpar is not built for multi-machine"),
+    (["--no-coarsen"], "multi-machine partitioning always runs METIS on the"),
+    (["--memory-budget", "lots"], "is not a size"),
+])
+def test_cli_options_not_built_under_torchrun(tmp_path: Path, capsys, monkeypatch, extra,
+                                              expected) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    folder, _ = _chunks(tmp_path, "homo", _homo())
+    code = partition_main(["--input", str(folder), "--out", str(tmp_path / "out"),
+                           "--num-parts", "2", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_under_torchrun_needs_a_chunked_input(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code = partition_main(["--dataset", "synthetic", "--out", str(tmp_path / "out"),
+                           "--num-parts", "2"])
+    assert code == 2 and "pass --input DIR" in capsys.readouterr().err
