@@ -12,6 +12,9 @@ process inside its own cgroup v1 ``memory`` group (``/sys/fs/cgroup/memory``, ro
 
 - ``ooc``: ``OutOfCorePartitioner`` with ``--memory-budget``, under the group limit
   ``--limit`` (killed if it goes over);
+- ``dist``: ``--ranks`` ranks of ``DistPartitioner`` (multi-machine partitioning, here
+  on one machine): fresh processes with torchrun's environment, each in its own group
+  limited to ``--rank-limit``, with ``--rank-budget`` each (``--ranks 0`` leaves it out);
 - ``in_memory``: ``read_chunked`` + the in-memory ``Partitioner`` (no limit), for
   comparison (``--skip-in-memory`` leaves it out).
 
@@ -121,11 +124,23 @@ class AnonPeak:
 def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> None:
     """Partitions and prints one JSON line (run in its own process and cgroup)."""
     start, anon = time.perf_counter(), AnonPeak()
+    extra: Dict[str, Any] = {}
     if mode == "ooc":
         from pyg_dist.partition.outofcore import OutOfCorePartitioner
 
         part = OutOfCorePartitioner(input, num_parts, out, budget, progress=False)
         meta = part.generate()
+    elif mode == "dist":  # one rank of several (torchrun's environment, set by the parent)
+        from datetime import timedelta
+
+        from pyg_dist.partition.distributed import Comm, DistPartitioner
+        from pyg_dist.rpc.runtime import init_process_group
+
+        ctx = init_process_group("gloo", timeout=timedelta(hours=2))
+        part = DistPartitioner(input, num_parts, out, budget,
+                               comm=Comm(ctx.rank, ctx.world_size), progress=False)
+        meta = part.generate()
+        extra["rank"] = ctx.rank
     else:
         from pyg_dist.chunked import read_chunked
         from pyg_dist.partition import Partitioner
@@ -145,7 +160,7 @@ def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> Non
         "peak_anon_gb": round(anon.stop() / 1024, 2),
         "cut_pct": round(100.0 * cut / max(sum(edges), 1), 2),
         "balance_nodes": round(max(owned) / (sum(owned) / len(owned)), 3),
-        "balance_edges": round(max(edges) / (sum(edges) / len(edges)), 3)}))
+        "balance_edges": round(max(edges) / (sum(edges) / len(edges)), 3), **extra}))
 
 
 def _group(name: str, limit: Optional[int]) -> Optional[Path]:
@@ -197,6 +212,66 @@ def run(mode: str, input: Path, out: Path, args: argparse.Namespace,
     return res
 
 
+def run_dist(input: Path, out: Path, args: argparse.Namespace, limit: Optional[int]
+             ) -> Dict[str, Any]:
+    """``--ranks`` ranks of :class:`DistPartitioner`, each a fresh process with
+    torchrun's environment in its own memory cgroup (limit ``--rank-limit``); the
+    rendezvous store is this process's. Per-rank JSON plus each group's peak."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from pyg_dist.testing import free_port
+
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
+                          timeout=timedelta(hours=2), wait_for_workers=False)
+    groups, procs = [], []
+    try:
+        for rank in range(args.ranks):
+            group = _group(f"pyg_dist_bench_{os.getpid()}_rank{rank}", limit)
+            groups.append(group)
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(args.ranks),
+                   "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank),
+                   "TORCHELASTIC_USE_AGENT_STORE": "True"}
+            argv = [sys.executable, __file__, "--child", "dist", "--input", str(input),
+                    "--out", str(out), "--num-parts", str(args.num_parts), "--memory-budget",
+                    args.rank_budget]
+            enter = (lambda g=group: (g / "cgroup.procs").write_text(str(os.getpid()))) \
+                if group else None
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, preexec_fn=enter, env=env))
+        ranks = []
+        for rank, (proc, group) in enumerate(zip(procs, groups)):
+            stdout, stderr = proc.communicate()
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+            res: Dict[str, Any] = json.loads(lines[-1]) if lines else {
+                "rank": rank, "error": "killed (over the memory limit)" if proc.returncode == -9
+                else (stderr.strip().splitlines() or ["failed"])[-1][:300]}
+            if group is not None:
+                res["cgroup_peak_gb"] = round(
+                    int((group / "memory.max_usage_in_bytes").read_text()) / GIB, 2)
+                res["cgroup_limit_gb"] = None if limit is None else round(limit / GIB, 2)
+            ranks.append(res)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for group in groups:
+            if group is not None:
+                _remove(group)
+        shutil.rmtree(out, ignore_errors=True)
+        del store
+    first = ranks[0]
+    keep = ("wall_s", "cut_pct", "balance_nodes", "balance_edges", "phases_s")
+    return {**{k: first[k] for k in keep if k in first},
+            "ranks": [{k: r.get(k) for k in ("rank", "wall_s", "peak_rss_gb", "peak_anon_gb",
+                                               "cgroup_peak_gb", "cgroup_limit_gb", "error")
+                       if k in r} for r in ranks]}
+
+
 def main() -> None:
     from pyg_dist.partition.outofcore.budget import parse_size
 
@@ -212,9 +287,14 @@ def main() -> None:
     p.add_argument("--memory-budget", default="2GB")
     p.add_argument("--limit", default="4GB", help="cgroup limit of the out-of-core run")
     p.add_argument("--skip-in-memory", action="store_true")
+    p.add_argument("--skip-ooc", action="store_true", help="leave the one-process run out")
+    p.add_argument("--ranks", type=int, default=2,
+                   help="ranks of the multi-machine run (0: leave it out)")
+    p.add_argument("--rank-budget", default="1GB", help="--memory-budget of each rank")
+    p.add_argument("--rank-limit", default="2.5GB", help="cgroup limit of each rank")
     p.add_argument("--workdir", default=None, help="where the graph goes (default: a temp dir)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--child", choices=["ooc", "mem"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["ooc", "mem", "dist"], help=argparse.SUPPRESS)
     p.add_argument("--input", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -233,8 +313,14 @@ def main() -> None:
                                "feat_dim": args.feat_dim, "num_parts": args.num_parts,
                                "memory_budget": args.memory_budget,
                                "input_gb": round(disk / GIB, 2)}
-        res["ooc"] = run("ooc", work / "graph", work / "out", args, parse_size(args.limit))
-        print(f"out of core: {res['ooc']}", flush=True)
+        if not args.skip_ooc:
+            res["ooc"] = run("ooc", work / "graph", work / "out", args, parse_size(args.limit))
+            print(f"out of core: {res['ooc']}", flush=True)
+        if args.ranks > 0:
+            res["rank_budget"] = args.rank_budget
+            res["dist"] = run_dist(work / "graph", work / "out", args,
+                                   parse_size(args.rank_limit))
+            print(f"{args.ranks} ranks:     {res['dist']}", flush=True)
         if not args.skip_in_memory:
             res["in_memory"] = run("mem", work / "graph", work / "out", args, None)
             print(f"in memory:   {res['in_memory']}", flush=True)

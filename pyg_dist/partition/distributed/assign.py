@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Dict, List, Tuple
 
 import numba
@@ -144,9 +145,8 @@ class DistAssigner:
         values, counts = np.unique(labels, return_counts=True)
         got_labels, got_counts = route(self.comm, home_of(values, g.bounds),
                                        [values, counts.astype(np.int64)], "summing cluster sizes")
-        sizes = np.zeros(g.n, dtype=np.int64)
-        np.add.at(sizes, got_labels - g.lo, got_counts)
-        return sizes
+        return np.bincount(got_labels - g.lo, weights=got_counts,
+                           minlength=g.n).astype(np.int64)
 
     def cluster(self, rounds: int = 5) -> Tuple[np.ndarray, int]:
         """Cluster id (``0..k-1``) per slot (local nodes, then ghosts) and ``k``."""
@@ -194,15 +194,25 @@ class DistAssigner:
                 key, count = np.unique(pairs[:, 0] * k + pairs[:, 1], return_counts=True)
                 yield key, count.astype(np.int64)
 
+        def merge(pending: list) -> Tuple[np.ndarray, np.ndarray]:
+            merged, inverse = np.unique(np.concatenate([keys] + [p[0] for p in pending]),
+                                        return_inverse=True)
+            summed = np.bincount(inverse, weights=np.concatenate(
+                [weights] + [p[1] for p in pending]), minlength=merged.shape[0])
+            return merged, summed.astype(np.int64)
+
+        pending: list = []
+        waiting = 0
         for piece in comm.rounds(blocks(), "summing cluster edges"):
             key, count = piece if piece is not None else (np.empty(0, np.int64),
                                                           np.empty(0, np.int64))
-            got_key, got_count = route(comm, home_of(key // max(k, 1), cbounds), [key, count],
-                                       "summing cluster edges")
-            keys, inverse = np.unique(np.concatenate([keys, got_key]), return_inverse=True)
-            weights = np.bincount(inverse, weights=np.concatenate([weights, got_count]),
-                                  minlength=keys.shape[0]).astype(np.int64)
-        return keys, weights, cbounds
+            got = route(comm, home_of(key // max(k, 1), cbounds), [key, count],
+                        "summing cluster edges")
+            pending.append(got)
+            waiting += got[0].shape[0]
+            if waiting > max(keys.shape[0], block):  # merged when it doubles: n log n
+                (keys, weights), pending, waiting = merge(pending), [], 0
+        return (*merge(pending), cbounds)
 
     def _cluster_weights(self, cl: np.ndarray, k: int, cbounds: np.ndarray) -> np.ndarray:
         """``[clusters homed here, num_types]`` node counts per cluster and type."""
@@ -211,9 +221,10 @@ class DistAssigner:
         got_key, got_count = route(comm, home_of(key // self.num_types, cbounds),
                                    [key, count.astype(np.int64)], "summing cluster weights")
         lo = int(cbounds[comm.rank])
-        out = np.zeros((int(cbounds[comm.rank + 1]) - lo, self.num_types), dtype=np.int64)
-        np.add.at(out, (got_key // self.num_types - lo, got_key % self.num_types), got_count)
-        return out
+        size = int(cbounds[comm.rank + 1]) - lo
+        flat = np.bincount(got_key - lo * self.num_types, weights=got_count,
+                           minlength=size * self.num_types)
+        return flat.astype(np.int64).reshape(size, self.num_types)
 
     def _to_root(self, array: np.ndarray, what: str) -> np.ndarray:
         """Every rank's ``array`` rows concatenated on rank 0 (empty elsewhere)."""
@@ -264,8 +275,9 @@ class DistAssigner:
         for name, array in (("xadj", xadj), ("adjncy", cv), ("eweights", weights),
                             ("vweights", cvw)):
             np.save(folder / f"{name}.npy", np.ascontiguousarray(array, dtype=np.int64))
-        done = subprocess.run([sys.executable, "-m", "pyg_dist.partition.distributed.metis_job",
-                               str(folder), str(self.num_parts), str(self.seed)],
+        job = Path(__file__).with_name("metis_job.py")  # by path: no pyg_dist (torch) import
+        done = subprocess.run([sys.executable, str(job), str(folder), str(self.num_parts),
+                               str(self.seed)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -278,7 +290,8 @@ class DistAssigner:
         """Global ``[num_types, num_parts]`` node counts and ``[num_parts]`` train counts."""
         n, P = self.graph.n, self.num_parts
         local = np.zeros((self.num_types + 1, P), dtype=np.int64)
-        np.add.at(local, (self.group, parts[:n]), 1)
+        local[:-1] = np.bincount(self.group * P + parts[:n],
+                                 minlength=self.num_types * P).reshape(self.num_types, P)
         local[-1] = np.bincount(parts[:n][self.train], minlength=P)
         total = self.comm.allreduce(local, what)
         return total[:-1], total[-1]

@@ -1,4 +1,4 @@
-"""``python -m pyg_dist.partition.distributed.metis_job FOLDER PARTS SEED``: METIS on a
+"""``python metis_job.py FOLDER PARTS SEED``: METIS on a
 graph saved as ``xadj/adjncy/eweights/vweights.npy`` in FOLDER; writes ``parts.npy``.
 
 Run as a child process by rank 0 (the same call as
