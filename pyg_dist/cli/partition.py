@@ -19,8 +19,8 @@ from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.datasets.by_name import CHOICES, load_named
 from pyg_dist.datasets.errors import MissingDependencyError
 from pyg_dist.datasets.loading import load_graph_file
-from pyg_dist.datasets.pyg_extras import (ExtrasLayout, extras_layout, labelled_node_type,
-                                          write_pyg_extras)
+from pyg_dist.datasets.pyg_extras import (ExtrasLayout, choose_labelled_type, extras_layout,
+                                          labelled_node_type, write_pyg_extras)
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.partition.partitioner import Partitioner
@@ -210,11 +210,11 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
 
     if args.input is None:
         raise UsageError("--memory-budget applies to --input DIR (a chunked graph folder)")
-    if args.pyg_extras:
-        raise UsageError("--pyg-extras is not built for --memory-budget yet (it needs the "
-                         "graph in memory): run without --memory-budget")
+    layout = prepare_extras(args)
     start = time.perf_counter()
     try:
+        extras_type = chunked_labelled_type(args.input, args.pyg_extras_type) if layout \
+            else None
         budget = parse_size(args.memory_budget)
         partitioner = OutOfCorePartitioner(args.input, args.num_parts, out, budget,
                                            method=args.method, seed=args.seed,
@@ -235,7 +235,23 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
           + f"; peak RSS {format_size(peak_rss_bytes())} (memory-mapped scratch pages "
             f"included)")
     print(summary_table(meta))
+    if layout is not None:
+        with step("writing PyG-style extras", enabled=not args.quiet):
+            written = write_pyg_extras(out, layout, extras_type)
+        print(f"wrote {written.label_file} and partition<i>.pt files for split(s) "
+              f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
     return 0
+
+
+def chunked_labelled_type(folder: str, requested: Optional[str]) -> Optional[str]:
+    """The node type ``--pyg-extras`` describes, read from a chunked folder's node data
+    (``None`` for a homogeneous graph: its only type)."""
+    from pyg_dist.chunked import ChunkedGraph
+
+    graph = ChunkedGraph.open(folder)
+    typed = [t for t in graph.node_types if "y" in graph.node_data_names(t)]
+    chosen = choose_labelled_type(typed, graph.is_hetero, requested)
+    return chosen if graph.is_hetero else None
 
 
 def under_torchrun() -> bool:

@@ -97,12 +97,22 @@ def labelled_node_type(data: Union[Data, HeteroData], requested: Optional[str] =
             a requested type that does not exist or has no ``y``.
     """
     if isinstance(data, Data):
+        return choose_labelled_type([HOMO_NODE] if isinstance(data.get("y"), Tensor) else [],
+                                    False, requested)
+    return choose_labelled_type([t for t in data.node_types
+                                 if isinstance(data[t].get("y"), Tensor)], True, requested)
+
+
+def choose_labelled_type(typed: List[NodeType], is_hetero: bool,
+                         requested: Optional[str] = None) -> NodeType:
+    """The labelled node type among ``typed`` (the node types that have ``y``): the one
+    ``requested``, else the only one (see :func:`labelled_node_type`)."""
+    if not is_hetero:
         if requested is not None:
             raise DatasetError("--pyg-extras-type applies to heterogeneous graphs only")
-        if not isinstance(data.get("y"), Tensor):
+        if not typed:
             raise DatasetError("--pyg-extras needs node labels y, which the graph lacks")
-        return HOMO_NODE
-    typed = [t for t in data.node_types if isinstance(data[t].get("y"), Tensor)]
+        return typed[0]
     if requested is not None:
         if requested not in typed:
             raise DatasetError(f"--pyg-extras-type {requested}: not a node type with labels y "

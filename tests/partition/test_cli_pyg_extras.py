@@ -107,3 +107,27 @@ def test_layout_names(tmp_path: Path) -> None:
     assert extras_layout(tmp_path / "parts", str(tmp_path / "g.pt")).name == "g"
     assert extras_layout(tmp_path / "-partitions", "Cora").name == "Cora"
     assert extras_layout(tmp_path / "a-partitions", "Cora").parent == tmp_path
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_out_of_core_extras_equal_the_in_memory_ones(tmp_path: Path, capsys, hetero) -> None:
+    """``--memory-budget`` with ``--pyg-extras``: the same label and split files as the
+    in-memory path writes for the same chunked graph (same assignment: random)."""
+    from pyg_dist.chunked import write_chunked
+    from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
+
+    data = hetero_community_graph(300, avg_degree=4, feat_dim=4, seed=0) if hetero else \
+        community_graph(400, 6.0, 3, 3, seed=0)
+    write_chunked(data, tmp_path / "chunks", chunk_size=37)
+    base = ["--input", str(tmp_path / "chunks"), "--num-parts", "3", "--method", "random",
+            "--pyg-extras"]
+    for kind, extra in (("mem", []), ("ooc", ["--memory-budget", "1MB"])):
+        (tmp_path / kind).mkdir()
+        code, err = _cli(capsys, *base, "--out", str(tmp_path / kind / "g-partitions"), *extra)
+        assert code == 0, err
+    mem = tmp_path / "mem"
+    extras = sorted(p.relative_to(mem) for p in mem.rglob("*.pt")
+                    if p.relative_to(mem).parts[0] != "g-partitions")  # not the partitions
+    assert any("label" in str(f) for f in extras) and any("train" in str(f) for f in extras)
+    for name in extras:
+        assert torch.equal(_load(tmp_path / "mem" / name), _load(tmp_path / "ooc" / name)), name

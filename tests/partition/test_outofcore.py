@@ -134,7 +134,6 @@ def test_cli_memory_budget(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize("extra,expected", [
     (["--memory-budget", "16KB"], "is too small"),
     (["--memory-budget", "lots"], "not a size"),
-    (["--memory-budget", "1MB", "--pyg-extras"], "not built"),
 ])
 def test_cli_bad_budget_is_one_line(tmp_path: Path, capsys, extra, expected) -> None:
     write_chunked(_homo(), tmp_path / "chunks", chunk_size=50)
