@@ -195,10 +195,7 @@ def run(argv: Optional[List[str]] = None) -> int:
           f"in {total:.1f}s -> {out} (uid {meta.uid})")
     print(summary_table(meta))
     if layout is not None:
-        with step("writing PyG-style extras", enabled=not args.quiet):
-            written = write_pyg_extras(out, layout, extras_type)
-        print(f"wrote {written.label_file} and partition<i>.pt files for split(s) "
-              f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
+        print_extras(out, layout, extras_type, args.quiet)
     return 0
 
 
@@ -236,11 +233,17 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
             f"included)")
     print(summary_table(meta))
     if layout is not None:
-        with step("writing PyG-style extras", enabled=not args.quiet):
-            written = write_pyg_extras(out, layout, extras_type)
-        print(f"wrote {written.label_file} and partition<i>.pt files for split(s) "
-              f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
+        print_extras(out, layout, extras_type, args.quiet)
     return 0
+
+
+def print_extras(out: Path, layout: ExtrasLayout, node_type: Optional[str],
+                 quiet: bool) -> None:
+    """Writes ``--pyg-extras``' files for the finished partition folder ``out``."""
+    with step("writing PyG-style extras", enabled=not quiet):
+        written = write_pyg_extras(out, layout, node_type)
+    print(f"wrote {written.label_file} and partition<i>.pt files for split(s) "
+          f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
 
 
 def chunked_labelled_type(folder: str, requested: Optional[str]) -> Optional[str]:

@@ -24,11 +24,34 @@ _JIT = dict(cache=True, nogil=True)
 
 
 @numba.njit(**_JIT)
+def best_label(u, xadj, adj, labels, score, touched, room):
+    """The label most neighbours of ``u`` carry among labels with ``room`` left (> 0),
+    when more carry it than ``u``'s own label; else ``u``'s own. ``score`` (zeros) and
+    ``touched`` are scratch arrays over labels, left zeroed."""
+    own = labels[u]
+    m = 0
+    for j in range(xadj[u], xadj[u + 1]):
+        lab = labels[adj[j]]
+        if score[lab] == 0:
+            touched[m] = lab
+            m += 1
+        score[lab] += 1
+    best, best_score = own, score[own]
+    for t in range(m):
+        lab = touched[t]
+        if lab != own and score[lab] > best_score and room[lab] > 0:
+            best, best_score = lab, score[lab]
+    for t in range(m):
+        score[touched[t]] = 0
+    return best
+
+
+@numba.njit(**_JIT)
 def _propagate(xadj, adj, max_size, rounds, seed):
     """Cluster label per node (``0..k-1``) and ``k``; no cluster exceeds ``max_size``."""
     n = xadj.shape[0] - 1
     labels = np.arange(n)
-    size = np.ones(n, dtype=np.int64)
+    room = np.full(n, max_size - 1, dtype=np.int64)  # nodes each cluster may still take
     score = np.zeros(n, dtype=np.int64)
     touched = np.empty(n, dtype=np.int64)
     np.random.seed(seed)
@@ -38,23 +61,10 @@ def _propagate(xadj, adj, max_size, rounds, seed):
         for i in range(n):
             u = order[i]
             own = labels[u]
-            m = 0
-            for j in range(xadj[u], xadj[u + 1]):
-                lab = labels[adj[j]]
-                if score[lab] == 0:
-                    touched[m] = lab
-                    m += 1
-                score[lab] += 1
-            best, best_score = own, score[own]
-            for t in range(m):
-                lab = touched[t]
-                if lab != own and score[lab] > best_score and size[lab] < max_size:
-                    best, best_score = lab, score[lab]
-            for t in range(m):
-                score[touched[t]] = 0
+            best = best_label(u, xadj, adj, labels, score, touched, room)
             if best != own:
-                size[own] -= 1
-                size[best] += 1
+                room[own] += 1
+                room[best] -= 1
                 labels[u] = best
                 moved += 1
         if moved * 100 < n:  # fewer than 1% moved: converged

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from pyg_dist.partition.assign import CLUSTERS_PER_PART, METIS_BYTES_PER_ADJACENCY_BYTE
-from pyg_dist.partition.coarsen import deal_clusters
+from pyg_dist.partition.coarsen import best_label, deal_clusters
 from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain
@@ -43,27 +43,13 @@ def _lp_round(xadj, adj, cid, order, quota, num_labels):
     slot, updated in place); a label gains at most ``quota`` nodes. Returns moves."""
     score = np.zeros(num_labels, dtype=np.int64)
     touched = np.empty(num_labels, dtype=np.int64)
-    added = np.zeros(num_labels, dtype=np.int64)
+    room = quota.copy()
     moved = 0
     for i in range(order.shape[0]):
         u = order[i]
-        own = cid[u]
-        m = 0
-        for j in range(xadj[u], xadj[u + 1]):
-            lab = cid[adj[j]]
-            if score[lab] == 0:
-                touched[m] = lab
-                m += 1
-            score[lab] += 1
-        best, best_score = own, score[own]
-        for t in range(m):
-            lab = touched[t]
-            if lab != own and score[lab] > best_score and added[lab] < quota[lab]:
-                best, best_score = lab, score[lab]
-        for t in range(m):
-            score[touched[t]] = 0
-        if best != own:
-            added[best] += 1
+        best = best_label(u, xadj, adj, cid, score, touched, room)
+        if best != cid[u]:
+            room[best] -= 1
             cid[u] = best
             moved += 1
     return moved

@@ -49,14 +49,13 @@ from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta
-from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
 from pyg_dist.partition.outofcore.csr import type_offsets
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, _csc
 from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
                                                 source_meta, write_source_part)
 from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
 from pyg_dist.partition.outofcore.scratch import Scratch
-from pyg_dist.partition.outofcore.source import ChunkedSource
+from pyg_dist.partition.outofcore.source import open_source
 from pyg_dist.partition.partitioner import PartitionTimings, _Laps
 from pyg_dist.partition.progress import step
 from pyg_dist.typing import EdgeType, NodeType
@@ -108,24 +107,11 @@ class DistPartitioner:
         if method not in ("metis", "random"):
             raise ValueError(f"unknown partition method '{method}' (multi-machine "
                              f"partitioning takes 'metis' or 'random')")
-        graph = input if isinstance(input, ChunkedGraph) else ChunkedGraph.open(input)
-        self.source = ChunkedSource.open(graph)
-        total_nodes = self.source.total_nodes
-        if not isinstance(num_parts, int) or not 1 <= num_parts <= total_nodes:
-            raise ValueError(f"num_parts must be an integer in [1, {total_nodes}] "
-                             f"(the number of nodes), got {num_parts!r}")
-        total = parse_size(memory_budget) if isinstance(memory_budget, str) else memory_budget
-        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-            raise ValueError(f"memory_budget must be a positive number of bytes or a size "
-                             f"such as '4GB', got {memory_budget!r}")
-        self.budget = MemoryBudget(total)
+        self.source, self.budget = open_source(input, num_parts, memory_budget)
         self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
         self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
         self.progress = progress and self.comm.rank == 0
-        self.block = max(total // (4 * BYTES_PER_ROUND_EDGE), 64)
-        for et, name in self.source.edge_names.items():
-            self.budget.check_ordered_edges(
-                -(-self.source.num_edges(et) // num_parts), f"an even share of edge type {name}")
+        self.block = max(self.budget.total // (4 * BYTES_PER_ROUND_EDGE), 64)
         self.timings: Optional[PartitionTimings] = None
         c = self.comm
         self.mine = [p for p in range(num_parts) if writer_of(p, num_parts, c.world) == c.rank]

@@ -38,7 +38,6 @@ from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_cs
                                        vertex_weights)
 from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.meta import PartitionMeta, PartStats
-from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
 from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
 from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_type_edges,
                                                 inverse_map, order_buckets)
@@ -46,7 +45,7 @@ from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, par
                                                 source_meta, write_source_part)
 from pyg_dist.partition.outofcore.rows import gather_rows, part_arrays, row_bytes, scatter_rows
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
-from pyg_dist.partition.outofcore.source import ChunkedSource
+from pyg_dist.partition.outofcore.source import open_source
 from pyg_dist.partition.partitioner import NodeOrder, PartitionTimings, _Laps
 from pyg_dist.partition.progress import step, track
 from pyg_dist.typing import EdgeType, NodeType, edge_key
@@ -90,22 +89,10 @@ class OutOfCorePartitioner:
                              f"takes 'metis' or 'random')")
         if coarsen and method != "metis":
             raise ValueError(f"coarsen=True applies to method='metis', not '{method}'")
-        graph = input if isinstance(input, ChunkedGraph) else ChunkedGraph.open(input)
-        self.source = ChunkedSource.open(graph)
-        if not isinstance(num_parts, int) or not 1 <= num_parts <= self.source.total_nodes:
-            raise ValueError(f"num_parts must be an integer in [1, {self.source.total_nodes}] "
-                             f"(the number of nodes), got {num_parts!r}")
-        total = parse_size(memory_budget) if isinstance(memory_budget, str) else memory_budget
-        if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-            raise ValueError(f"memory_budget must be a positive number of bytes or a size "
-                             f"such as '4GB', got {memory_budget!r}")
-        self.budget = MemoryBudget(total)
+        self.source, self.budget = open_source(input, num_parts, memory_budget)
         self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
         self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
         self.progress, self.coarsen = progress, coarsen
-        for et, name in self.source.edge_names.items():  # fail before any work: the
-            self.budget.check_ordered_edges(  # fairest split must fit
-                -(-self.source.num_edges(et) // num_parts), f"an even share of edge type {name}")
         self.timings: Optional[PartitionTimings] = None
         self.bucket_flushes = 0
 

@@ -9,12 +9,14 @@ one chunk at a time and data rows in bounded blocks from
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, Tuple
+from pathlib import Path
+from typing import Dict, Iterator, Tuple, Union
 
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
 from pyg_dist.partition.meta import AttrSpec
+from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
 from pyg_dist.partition.schema import DTYPES, dtype_name
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -116,3 +118,31 @@ def _spec(empty, what: str) -> AttrSpec:
     if name not in DTYPES:
         raise ValueError(f"{what} holds {name} values; partitions store {', '.join(DTYPES)}")
     return AttrSpec(name, tuple(empty.shape[1:]))
+
+
+def open_source(input: Union[ChunkedGraph, str, Path], num_parts: object, memory_budget: object
+                ) -> Tuple[ChunkedSource, MemoryBudget]:
+    """Opens a chunked graph and checks the options every streaming partitioner takes:
+    ``num_parts`` in ``[1, nodes]``, a positive ``memory_budget`` (bytes or ``"4GB"``)
+    that holds an even share of every edge type's edges in CSC order.
+
+    Raises:
+        ValueError: naming the option (:class:`~.budget.MemoryBudgetError` with the size
+            needed for a budget too small).
+    """
+    graph = input if isinstance(input, ChunkedGraph) else ChunkedGraph.open(input)
+    source = ChunkedSource.open(graph)
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int) or \
+            not 1 <= num_parts <= source.total_nodes:
+        raise ValueError(f"num_parts must be an integer in [1, {source.total_nodes}] "
+                         f"(the number of nodes), got {num_parts!r}")
+    total = parse_size(memory_budget) if isinstance(memory_budget, str) else memory_budget
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        raise ValueError(f"memory_budget must be a positive number of bytes or a size "
+                         f"such as '4GB', got {memory_budget!r}")
+    budget = MemoryBudget(total)
+    for et, name in source.edge_names.items():  # fail before any work: the fairest
+        budget.check_ordered_edges(  # split must fit
+            -(-source.num_edges(et) // num_parts), f"an even share of edge type {name}")
+    return source, budget
+
