@@ -20,6 +20,7 @@ import numpy as np
 from pyg_dist.partition.distributed.comm import Comm, home_of, route
 from pyg_dist.partition.kernels import dedup_rows
 from pyg_dist.partition.outofcore.csr import type_offsets
+from pyg_dist.partition.outofcore.parts import distinct
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.typing import EdgeType
@@ -174,11 +175,8 @@ def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scrat
     pairs_path.unlink(missing_ok=True)
     xadj = dedup_rows(ptr, buf)
     size = int(xadj[-1])
-    ghosts = np.empty(0, dtype=np.int64)
-    for start in range(0, size, block):
-        piece = buf[start:min(start + block, size)]
-        ghosts = np.union1d(ghosts, piece[(piece < lo) | (piece >= hi)])
-    ghosts = ghosts.astype(np.int64)
+    ghosts = distinct(piece[(piece < lo) | (piece >= hi)] for piece in
+                      (buf[s:min(s + block, size)] for s in range(0, size, block)))
     adj = plain(scratch.array("adjacency", np.int64, (size,)))
     _to_slots(buf[:size], lo, hi, ghosts, adj)
     Scratch.drop(buf)

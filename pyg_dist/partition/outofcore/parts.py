@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -54,13 +54,30 @@ def outside_sorted(indices: np.ndarray, lo: int, hi: int, num_nodes: int,
     blocks, holding no array of ``num_nodes``."""
     if block is None:
         return outside_nodes(plain(indices), lo, hi, num_nodes)
-    found, count = np.empty(0, dtype=np.int64), 0
-    for start in range(0, indices.shape[0], block):
-        piece = np.asarray(indices[start:start + block])
-        out = piece[(piece < lo) | (piece >= hi)]
-        count += out.shape[0]
-        found = np.union1d(found, out)
-    return found.astype(np.int64), count
+    count = 0
+
+    def pieces() -> Iterator[np.ndarray]:
+        nonlocal count
+        for start in range(0, indices.shape[0], block):
+            piece = np.asarray(indices[start:start + block])
+            out = piece[(piece < lo) | (piece >= hi)]
+            count += out.shape[0]
+            yield out
+
+    found = distinct(pieces())
+    return found, count
+
+
+def distinct(pieces: Iterable[np.ndarray]) -> np.ndarray:
+    """Sorted distinct values (int64) of all ``pieces``, merged whenever what waits
+    doubles what is merged (``n log n`` in all; memory: the distinct values, twice)."""
+    found, pending, waiting = np.empty(0, dtype=np.int64), [], 0
+    for piece in pieces:
+        pending.append(np.unique(piece))
+        waiting += pending[-1].shape[0]
+        if waiting > max(found.shape[0], 1 << 20):
+            found, pending, waiting = np.unique(np.concatenate([found, *pending])), [], 0
+    return np.unique(np.concatenate([found, *pending])).astype(np.int64)
 
 
 @dataclass
