@@ -97,6 +97,21 @@ def test_buffers_flush_every_chunk(tmp_path: Path) -> None:
     assert_same_output(tmp_path / "ooc", tmp_path / "mem", 2)
 
 
+def test_partitions_larger_than_the_budget_are_ordered_range_by_range(tmp_path: Path) -> None:
+    """A budget far below one partition's edges: each partition's CSC is built from
+    several destination ranges, and the output is still the in-memory path's."""
+    data = _homo()
+    write_chunked(data, tmp_path / "chunks", chunk_size=50)
+    Partitioner(read_chunked(tmp_path / "chunks"), 2, tmp_path / "mem", method="random",
+                progress=False).generate()
+    ooc = OutOfCorePartitioner(tmp_path / "chunks", 2, tmp_path / "ooc", "8KB",
+                               method="random", progress=False)
+    ooc.generate()
+    edges_per_part = data.edge_index.size(1) // 2
+    assert edges_per_part * 56 > 8 * 1024 and ooc.edge_ranges >= 2 * 8
+    assert_same_output(tmp_path / "ooc", tmp_path / "mem", 2)
+
+
 @pytest.mark.parametrize("name,budget,coarsen", [("cora", "512KB", None),
                                                   ("community", "8MB", True)])
 def test_cut_close_to_in_memory_metis(tmp_path: Path, cora, name: str, budget: str,
@@ -132,7 +147,7 @@ def test_cli_memory_budget(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("extra,expected", [
-    (["--memory-budget", "16KB"], "is too small"),
+    (["--memory-budget", "1KB"], "is too small"),
     (["--memory-budget", "lots"], "not a size"),
 ])
 def test_cli_bad_budget_is_one_line(tmp_path: Path, capsys, extra, expected) -> None:
@@ -148,7 +163,7 @@ def test_cli_bad_budget_is_one_line(tmp_path: Path, capsys, extra, expected) -> 
 def test_too_small_budget_names_the_size_needed(tmp_path: Path) -> None:
     write_chunked(_homo(), tmp_path / "chunks", chunk_size=50)
     with pytest.raises(MemoryBudgetError, match=r"needs? about .*KB.*--memory-budget [0-9.]+KB"):
-        OutOfCorePartitioner(tmp_path / "chunks", 2, tmp_path / "o", 10_000)
+        OutOfCorePartitioner(tmp_path / "chunks", 2, tmp_path / "o", 1000)
     assert parse_size("4GB") == 4 * 2**30 and parse_size("1.5k") == 1536
 
 

@@ -50,7 +50,7 @@ from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta
 from pyg_dist.partition.outofcore.csr import type_offsets
-from pyg_dist.partition.outofcore.edges import EdgeBuckets, _csc
+from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc
 from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
                                                 source_meta, write_source_part)
 from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
@@ -60,6 +60,9 @@ from pyg_dist.partition.partitioner import PartitionTimings, _Laps
 from pyg_dist.partition.progress import step
 from pyg_dist.typing import EdgeType, NodeType
 
+#: bytes held per edge while a destination range is put in CSC order: its records, the
+#: sort by edge id (permutation and sorted copy) and the CSC arrays
+BYTES_PER_SORTED_EDGE = 96
 #: bytes held per edge in one exchange round (the block read, its lookups, the
 #: records sent and received, and their sorting)
 BYTES_PER_ROUND_EDGE = 256
@@ -319,22 +322,22 @@ class DistPartitioner:
     # ---- 3. edges --------------------------------------------------------------------------
     def _order_edges(self, numbers: np.ndarray, node_offsets: Dict[NodeType, Tuple[int, ...]],
                      scratch: Scratch):
+        """Per edge type: destination ranges that fit the budget (from in-degrees counted
+        at the nodes' homes), records sent to the writer of their destination's partition
+        and bucketed by range, then each partition's CSC built range by range."""
         comm, P = self.comm, self.num_parts
         offsets = type_offsets(self.source.num_nodes)
         csc: Dict[EdgeType, Dict[int, Tuple[np.ndarray, np.ndarray]]] = {}
         edge_ids: Dict[EdgeType, Dict[int, np.ndarray]] = {}
         edge_offsets: Dict[EdgeType, Tuple[int, ...]] = {}
-        first = self.mine[0] if self.mine else 0
+        writers = np.array([writer_of(p, P, comm.world) for p in range(P)], dtype=np.int64)
         for et, name in self.source.edge_names.items():
             what = f"sending edges of {name} to their partitions"
-            buckets = EdgeBuckets(scratch, max(len(self.mine), 1), self.budget.buffer_bytes)
-            dst_bounds = np.array(node_offsets[et[2]], dtype=np.int64)
+            starts, members = self._ranges(et, numbers, node_offsets)
+            buckets = EdgeBuckets(scratch, max(len(starts) - 1, 1), self.budget.buffer_bytes)
             for block in comm.rounds(self.files.blocks(self.source, et, self.block), what):
-                if block is None:
-                    src = dst = np.empty(0, dtype=np.int64)
-                    eid0 = 0
-                else:
-                    src, dst, eid0 = block
+                src, dst, eid0 = block if block is not None else (
+                    np.empty(0, np.int64), np.empty(0, np.int64), 0)
                 found = self._numbers_of(numbers, np.concatenate(
                     [src + offsets[et[0]], dst + offsets[et[2]]]), what)
                 k = src.shape[0]
@@ -342,35 +345,51 @@ class DistPartitioner:
                 records[:, 0] = found[:k, 0]
                 records[:, 1] = found[k:, 0]
                 records[:, 2] = eid0 + np.arange(k, dtype=np.int64)
-                writers = np.array([writer_of(p, P, comm.world) for p in range(P)],
-                                   dtype=np.int64)[found[k:, 1]]
-                got, = route(comm, writers, [records], what)
+                got, = route(comm, writers[found[k:, 1]], [records], what)
                 if got.shape[0]:
-                    buckets.add(home_of(got[:, 1], dst_bounds) - first, got)
+                    buckets.add(np.searchsorted(starts, got[:, 1], side="right") - 1, got)
             buckets.flush()
-            counts = {p: int(buckets.counts[i]) for i, p in enumerate(self.mine)}
-            everyone = comm.allgather(counts, f"counting the edges of {name}")
-            per_part = {p: c for e in everyone for p, c in e.items()}
-            edge_offsets[et] = tuple(int(x) for x in np.concatenate(
-                [[0], np.cumsum([per_part[p] for p in range(P)])]))
+            counts = {p: int(sum(int(buckets.counts[b]) for b in m))
+                      for p, m in zip(self.mine, members)}
+            per_part = self._merge(comm.allgather(counts, f"counting the edges of {name}"))
+            edge_offsets[et] = tuple(int(x) for x in np.concatenate([[0], np.cumsum(per_part)]))
             csc[et], edge_ids[et] = {}, {}
-            for i, p in enumerate(self.mine):
-                self.budget.check_ordered_edges(counts[p], f"partition {p} (edge type {name})")
-                records = buckets.read(i)
-                records = records[np.argsort(records[:, 2], kind="stable")]
-                lo, hi = node_offsets[et[2]][p], node_offsets[et[2]][p + 1]
-                indptr, indices, order = _csc(records, lo, hi - lo)
-                del records
-                csc[et][p] = (self._keep(scratch, indptr), self._keep(scratch, indices))
-                edge_ids[et][p] = self._keep(scratch, order)
-                buckets.paths[i].unlink(missing_ok=True)
+            for p, m in zip(self.mine, members):
+                part = part_csc(buckets, m, starts, node_offsets[et[2]][p],
+                                node_offsets[et[2]][p + 1], scratch, f"{name}-{p}",
+                                sort_by_id=True)
+                csc[et][p], edge_ids[et][p] = (part.indptr, part.indices), part.order
         return csc, edge_ids, edge_offsets
 
-    @staticmethod
-    def _keep(scratch: Scratch, array: np.ndarray) -> np.ndarray:
-        kept = scratch.array("kept", array.dtype, array.shape)
-        kept[...] = array
-        return kept
+    def _ranges(self, edge_type: EdgeType, numbers: np.ndarray,
+                node_offsets: Dict[NodeType, Tuple[int, ...]]) -> Tuple[np.ndarray, List[range]]:
+        """:func:`~pyg_dist.partition.outofcore.edges.bucket_starts` of this rank's
+        partitions: in-degrees are counted at the destinations' homes (one pass over the
+        edges), then sent to the writers."""
+        comm, src = self.comm, self.source
+        name, dst_type = src.edge_names[edge_type], edge_type[2]
+        total = src.total_nodes
+        bounds = np.array([total * r // comm.world for r in range(comm.world + 1)],
+                          dtype=np.int64)
+        lo = int(bounds[comm.rank])
+        first = type_offsets(src.num_nodes)[dst_type]
+        degree = np.zeros(int(bounds[comm.rank + 1]) - lo, dtype=np.int64)
+        what = f"counting the in-edges of {name}"
+        for block in comm.rounds(self.files.blocks(src, edge_type, self.block), what):
+            dst = (block[1] if block is not None else np.empty(0, np.int64)) + first
+            got, = route(comm, home_of(dst, bounds), [dst], what)
+            degree += np.bincount(got - lo, minlength=degree.shape[0])
+        offsets = node_offsets[dst_type]
+        mine = {p: np.zeros(offsets[p + 1] - offsets[p], dtype=np.int64) for p in self.mine}
+        what = f"sending in-degrees of {name}"
+        for piece in comm.rounds(self._node_blocks(dst_type, self.block), what):
+            a, b = piece if piece is not None else (0, 0)
+            local = np.arange(a, b, dtype=np.int64) + first - lo
+            self._send_rows(numbers[local, 0], degree[local], offsets, mine, what)
+        ordered = np.concatenate([mine[p] for p in self.mine]) if self.mine else \
+            np.empty(0, np.int64)
+        return bucket_starts(ordered, offsets, self.mine, self.budget, BYTES_PER_SORTED_EDGE,
+                             f"edge type {name}")
 
     # ---- 4. rows ---------------------------------------------------------------------------
     def _writer_arrays(self, scratch: Scratch, name: str, spec, offsets: Tuple[int, ...]

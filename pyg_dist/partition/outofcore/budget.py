@@ -17,6 +17,9 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB"
 #: bytes per edge while one partition's edges are put in CSC order: the bucket
 #: (source, destination, edge id), the sort permutation and the two output arrays
 BYTES_PER_ORDERED_EDGE = 56
+#: bytes per edge of one edge chunk while it is read: the ids read (two int64) and its
+#: records (three int64)
+BYTES_PER_STREAMED_EDGE = 40
 
 
 class MemoryBudgetError(ValueError):
@@ -72,13 +75,24 @@ class MemoryBudget:
         """Feature rows copied per block: a quarter of the budget (at least one row)."""
         return max(self.total // (4 * max(row_bytes, 1)), 1)
 
-    def check_ordered_edges(self, num_edges: int, what: str) -> None:
+    def check_ordered_edges(self, num_edges: int, what: str,
+                            bytes_per_edge: int = BYTES_PER_ORDERED_EDGE) -> None:
         """Raises :class:`MemoryBudgetError` when ``num_edges`` edges cannot be put in
         CSC order within the budget (the message names the budget needed)."""
-        need = num_edges * BYTES_PER_ORDERED_EDGE
+        self.check(num_edges * bytes_per_edge, f"{what} has {num_edges} edges, which need "
+                   f"about {{need}} to put in CSC order")
+
+    def check_streamed_edges(self, num_edges: int, what: str) -> None:
+        """Raises :class:`MemoryBudgetError` when a chunk of ``num_edges`` edges cannot be
+        read and turned into edge records within the budget."""
+        self.check(num_edges * BYTES_PER_STREAMED_EDGE, f"{what} holds {num_edges} edges, "
+                   f"which need about {{need}} to read (chunk files are read whole)")
+
+    def check(self, need: int, what: str) -> None:
+        """Raises :class:`MemoryBudgetError` naming ``what`` (``{need}`` in it: the size)
+        and the budget to pass when ``need`` bytes exceed the budget."""
         if need > self.total:
             raise MemoryBudgetError(
-                f"--memory-budget {format_size(self.total)} is too small: {what} has "
-                f"{num_edges} edges, which need about {format_size(need)} to put in CSC "
-                f"order; pass --memory-budget {format_size(need * 1.1)} or more (or more "
-                f"--num-parts)")
+                f"--memory-budget {format_size(self.total)} is too small: "
+                f"{what.format(need=format_size(need))}; pass --memory-budget "
+                f"{format_size(need * 1.1)} or more")

@@ -10,8 +10,9 @@ memory budget allows:
    otherwise on its label-propagation clustering (the ``coarsen`` path), followed by
    the usual balance passes (node types, train nodes);
 2. relabel: new ids contiguous per partition;
-3. order edges: records bucketed by destination owner on disk through bounded buffers,
-   then each partition's CSC built from its bucket in turn (:mod:`.edges`);
+3. order edges: in-degrees counted, each partition's destinations cut into ranges
+   whose in-edges fit the budget, records bucketed by range on disk through bounded
+   buffers, then each partition's CSC built from its ranges in turn (:mod:`.edges`);
 4. copy rows: node and edge data copied block by block into per-partition memory-mapped
    arrays (:mod:`.rows`);
 5. uid (over per-partition digests) and write: every file, the per-partition id maps
@@ -39,8 +40,10 @@ from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_cs
 from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
-from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_type_edges,
-                                                inverse_map, order_buckets)
+from pyg_dist.partition.outofcore.budget import BYTES_PER_ORDERED_EDGE
+from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_starts,
+                                                bucket_type_edges, indegree, inverse_map,
+                                                order_buckets)
 from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
                                                 source_meta, write_source_part)
 from pyg_dist.partition.outofcore.rows import gather_rows, part_arrays, row_bytes, scatter_rows
@@ -95,6 +98,7 @@ class OutOfCorePartitioner:
         self.progress, self.coarsen = progress, coarsen
         self.timings: Optional[PartitionTimings] = None
         self.bucket_flushes = 0
+        self.edge_ranges = 0  # destination ranges ordered one at a time (all edge types)
 
     @property
     def method_name(self) -> str:
@@ -109,10 +113,10 @@ class OutOfCorePartitioner:
                 parts, phases = self._assign(scratch)
             laps.lap("assign")
             nodes = {t: NodeOrder.from_parts(p, self.num_parts) for t, p in parts.items()}
-            laps.lap("relabel")
-            edges = {et: self._order_edges(et, nodes, parts[et[2]], scratch)
-                     for et in self._bar(self.source.edge_names, "ordering edges")}
             del parts
+            laps.lap("relabel")
+            edges = {et: self._order_edges(et, nodes, scratch)
+                     for et in self._bar(self.source.edge_names, "ordering edges")}
             laps.lap("order_edges")
             with step("copying node and edge data", enabled=self.progress):
                 node_rows = self._node_rows(nodes, scratch)
@@ -164,17 +168,23 @@ class OutOfCorePartitioner:
             phases
 
     def _order_edges(self, edge_type: EdgeType, nodes: Dict[NodeType, NodeOrder],
-                     dst_parts: np.ndarray, scratch: Scratch) -> OrderedEdges:
-        """Buckets one edge type by destination owner, then orders each bucket."""
-        buckets = EdgeBuckets(scratch, self.num_parts, self.budget.buffer_bytes)
-        bucket_type_edges(self.source.edge_chunks(edge_type), nodes[edge_type[0]].old_to_new,
-                          nodes[edge_type[2]].old_to_new, dst_parts, buckets)
+                     scratch: Scratch) -> OrderedEdges:
+        """Buckets one edge type by destination range (within the budget once ordered),
+        then orders each partition's buckets in turn."""
+        src, name = self.source, self.source.edge_names[edge_type]
+        dst = nodes[edge_type[2]]
+        degree = indegree(src.edge_chunks(edge_type), src.num_nodes[edge_type[2]])[
+            dst.new_to_old]
+        starts, members = bucket_starts(degree, dst.offsets, range(self.num_parts),
+                                        self.budget, BYTES_PER_ORDERED_EDGE, f"edge type {name}")
+        del degree
+        self.edge_ranges += len(starts) - 1
+        buckets = EdgeBuckets(scratch, len(starts) - 1, self.budget.buffer_bytes)
+        bucket_type_edges(src.edge_chunks(edge_type), nodes[edge_type[0]].old_to_new,
+                          dst.old_to_new, starts, buckets)
         self.bucket_flushes += buckets.flushes
-        for p, count in enumerate(buckets.counts):
-            self.budget.check_ordered_edges(int(count), f"partition {p} (edge type "
-                                                        f"{self.source.edge_names[edge_type]})")
-        return order_buckets(buckets, nodes[edge_type[2]].offsets,
-                             self.source.num_edges(edge_type), scratch, edge_key(edge_type))
+        return order_buckets(buckets, starts, members, dst.offsets, src.num_edges(edge_type),
+                             scratch, edge_key(edge_type))
 
     def _node_rows(self, nodes: Dict[NodeType, NodeOrder], scratch: Scratch
                    ) -> Dict[NodeType, Rows]:
