@@ -239,5 +239,10 @@ def deal_clusters(labels: np.ndarray, k: int, num_parts: int) -> np.ndarray:
     """The partition of every cluster, dealing the largest first to the least loaded
     partition (balanced by nodes; no cut objective: for graphs whose cluster graph is
     too large for METIS, i.e. with little community structure to find)."""
-    sizes = np.bincount(labels, minlength=int(k)).astype(np.int64)
+    return deal_sizes(np.bincount(labels, minlength=int(k)).astype(np.int64), num_parts)
+
+
+def deal_sizes(sizes: np.ndarray, num_parts: int) -> np.ndarray:
+    """:func:`deal_clusters` from the clusters' sizes alone."""
+    sizes = np.asarray(sizes, dtype=np.int64)
     return _deal(sizes, np.argsort(-sizes, kind="stable"), int(num_parts))

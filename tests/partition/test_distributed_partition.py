@@ -256,3 +256,21 @@ def test_cli_under_torchrun_needs_a_chunked_input(tmp_path: Path, capsys, monkey
     code = partition_main(["--dataset", "synthetic", "--out", str(tmp_path / "out"),
                            "--num-parts", "2"])
     assert code == 2 and "pass --input DIR" in capsys.readouterr().err
+
+
+def test_cluster_graph_too_large_for_the_budget_is_dealt_by_size(tmp_path: Path) -> None:
+    """A random graph keeps most edges between clusters: rank 0 deals the clusters by
+    size instead of running METIS over the budget, and refinement does the rest."""
+    import torch
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(0)
+    data = Data(edge_index=torch.randint(0, 3000, (2, 30000), generator=gen),
+                x=torch.randn(3000, 2, generator=gen), num_nodes=3000)
+    data.train_mask = torch.rand(3000, generator=gen) < 0.2
+    folder, tables = _chunks(tmp_path, "random", data, chunk_size=4000)
+    with pytest.warns(UserWarning, match="little community structure"):
+        meta = DistPartitioner(folder, 2, tmp_path / "out", "1MB", progress=False).generate()
+    assert check_roundtrip(tables, tmp_path / "out", 2) == _cut(meta)
+    owned = [sum(s.owned_nodes.values()) for s in meta.parts]
+    assert max(owned) <= 1.03 * 3000 / 2 + 1, owned

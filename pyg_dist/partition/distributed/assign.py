@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from pyg_dist.partition.assign import CLUSTERS_PER_PART, METIS_BYTES_PER_ADJACENCY_BYTE
-from pyg_dist.partition.coarsen import best_label, deal_clusters
+from pyg_dist.partition.coarsen import best_label, deal_sizes
 from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain
@@ -235,8 +235,7 @@ class DistAssigner:
                               f"the {self.budget / 2**20:.1f} MiB allowed; dealing clusters "
                               f"to partitions by size and refining instead (a larger cut)",
                               stacklevel=2)
-                labels = np.repeat(np.arange(k), cvw_all.sum(1))
-                cparts = deal_clusters(labels, k, self.num_parts)
+                cparts = deal_sizes(cvw_all.sum(1), self.num_parts)
         else:
             keys_all = self._to_root(keys, "gathering the cluster graph")
             weights_all = self._to_root(weights, "gathering the cluster graph")
