@@ -121,6 +121,41 @@ def mirror_fill(ptr: np.ndarray, buf: np.ndarray, xadj: np.ndarray, adj: np.ndar
             cursor[b] += 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _mirror_window(ptr: np.ndarray, buf: np.ndarray, xadj: np.ndarray, r0: int, r1: int
+                   ) -> np.ndarray:
+    """Rows ``[r0, r1)`` of :func:`mirror_fill`'s adjacency, built in memory."""
+    base = xadj[r0]
+    out = np.empty(xadj[r1] - base, dtype=np.int64)
+    cursor = xadj[r0:r1] - base
+    for a in range(r1):
+        if a >= r0:
+            for j in range(ptr[a], ptr[a + 1]):
+                out[cursor[a - r0]] = buf[j]
+                cursor[a - r0] += 1
+        for j in range(ptr[a], ptr[a + 1]):
+            b = buf[j]
+            if r0 <= b < r1:
+                out[cursor[b - r0]] = a
+                cursor[b - r0] += 1
+    return out
+
+
+def mirror_fill_windows(ptr: np.ndarray, buf: np.ndarray, xadj: np.ndarray, adj: np.ndarray,
+                        window: int) -> int:
+    """:func:`mirror_fill` into a memory map without scattered writes: rows are built in
+    windows of about ``window`` entries in memory (each window reads the upper triangle
+    up to its last row), then written in order. Returns the number of windows."""
+    num_rows = ptr.shape[0] - 1
+    r0, windows = 0, 0
+    while r0 < num_rows:
+        r1 = int(np.searchsorted(xadj, xadj[r0] + max(window, 1), side="right")) - 1
+        r1 = min(max(r1, r0 + 1), num_rows)
+        adj[xadj[r0]:xadj[r1]] = _mirror_window(ptr, buf, xadj, r0, r1)
+        r0, windows = r1, windows + 1
+    return windows
+
+
 def _mirror_rows(ptr: np.ndarray, buf: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``(xadj, adj)`` of the full adjacency, in memory (see :func:`mirror_fill`)."""
     xadj = mirror_pointers(ptr, buf)

@@ -274,3 +274,40 @@ def test_cluster_graph_too_large_for_the_budget_is_dealt_by_size(tmp_path: Path)
     assert check_roundtrip(tables, tmp_path / "out", 2) == _cut(meta)
     owned = [sum(s.owned_nodes.values()) for s in meta.parts]
     assert max(owned) <= 1.03 * 3000 / 2 + 1, owned
+
+
+def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path) -> None:
+    """One rank's lists, built window by window (a tiny window: many), equal the
+    in-memory symmetric CSR METIS gets; so do the out-of-core path's windowed lists."""
+    import numpy as np
+
+    from pyg_dist.partition.distributed import Comm
+    from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
+    from pyg_dist.partition.kernels import (count_lower, dedup_rows, fill_lower, mirror_fill,
+                                            mirror_fill_windows, mirror_pointers)
+    from pyg_dist.partition.outofcore.scratch import Scratch
+    from pyg_dist.partition.outofcore.source import open_source
+
+    folder, tables = _chunks(tmp_path, "hetero", GRAPHS["hetero"]())
+    source, _ = open_source(folder, 2, "1MB")
+    graph = build_local_graph(Comm(), source, EdgeFiles.share(Comm(), source),
+                              Scratch(tmp_path / "scratch"), 64, window_bytes=2000)
+    offsets, total = {}, 0
+    for t, n in tables.num_nodes.items():
+        offsets[t], total = total, total + n
+    counts = np.zeros(total + 1, dtype=np.int64)
+    for (s, _, d), index in tables.edge_index.items():
+        count_lower(index[0].numpy(), index[1].numpy(), offsets[s], offsets[d], counts)
+    ptr = np.cumsum(counts)
+    upper, cursor = np.zeros(int(ptr[-1]), dtype=np.int64), ptr[:-1].copy()
+    for (s, _, d), index in tables.edge_index.items():
+        fill_lower(index[0].numpy(), index[1].numpy(), offsets[s], offsets[d], cursor, upper)
+    ptr = dedup_rows(ptr, upper)
+    xadj = mirror_pointers(ptr, upper)
+    adj = np.zeros(int(xadj[-1]), dtype=np.int64)
+    mirror_fill(ptr, upper, xadj, adj)
+    assert graph.ghosts.size == 0 and np.array_equal(graph.xadj, xadj)
+    assert np.array_equal(np.asarray(graph.adj), adj)
+    windowed = np.zeros_like(adj)
+    assert mirror_fill_windows(ptr, upper, xadj, windowed, 50) > 5
+    assert np.array_equal(windowed, adj)

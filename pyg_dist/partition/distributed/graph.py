@@ -135,15 +135,24 @@ class LocalGraph:
 
 
 def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scratch: Scratch,
-                      block: int) -> LocalGraph:
+                      block: int, window_bytes: int) -> LocalGraph:
     """Streams this rank's edge chunks, sends both directions of every edge to the home
-    of its first end, and builds the local neighbour lists (bounded rounds)."""
+    of its first end, and builds the local neighbour lists (bounded rounds).
+
+    Arriving pairs are appended to one file per window of rows (sized so a window's
+    pairs and lists fit ``window_bytes``); each window's lists are then built in memory
+    and written in order, so no memory map larger than memory is written at random.
+    """
     offsets = type_offsets(source.num_nodes)
     total = source.total_nodes
     bounds = np.array([total * r // comm.world for r in range(comm.world + 1)], dtype=np.int64)
     lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
-    pairs_path = scratch.path("pairs.bin")
-    received = 0
+    n = hi - lo
+    expected = 2 * sum(source.num_edges(et) for et in source.edge_names) // comm.world
+    num_windows = max(1, min(n, -(-expected * 24 // max(window_bytes, 1))))
+    windows = lo + np.array([n * w // num_windows for w in range(num_windows + 1)],
+                            dtype=np.int64)
+    paths = [scratch.path(f"pairs-{w}.bin") for w in range(num_windows)]
 
     def chunks() -> Iterator[np.ndarray]:
         for et in source.edge_names:
@@ -153,34 +162,45 @@ def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scrat
                 u, v = u[keep], v[keep]
                 yield np.concatenate([np.stack([u, v], 1), np.stack([v, u], 1)])
 
-    with open(pairs_path, "wb") as out:
-        for pairs in comm.rounds(chunks(), "sending edges to their nodes' ranks"):
-            pairs = np.empty((0, 2), dtype=np.int64) if pairs is None else pairs
-            got, = route(comm, home_of(pairs[:, 0], bounds), [pairs],
-                         "sending edges to their nodes' ranks")
-            out.write(np.ascontiguousarray(got, dtype=np.int64).tobytes())
-            received += got.shape[0]
-    n = hi - lo
-    pairs = np.memmap(pairs_path, dtype=np.int64, mode="r", shape=(received, 2)) \
-        if received else np.empty((0, 2), dtype=np.int64)
-    counts = np.zeros(n + 1, dtype=np.int64)
-    for start in range(0, received, block):
-        counts[1:] += np.bincount(pairs[start:start + block, 0] - lo, minlength=n)
-    ptr = np.cumsum(counts)
-    buf = plain(scratch.array("neighbours", np.int64, (received,)))
-    cursor = ptr[:-1].copy()
-    for start in range(0, received, block):
-        _fill(np.asarray(pairs[start:start + block]), lo, cursor, buf)
-    del cursor, pairs
-    pairs_path.unlink(missing_ok=True)
-    xadj = dedup_rows(ptr, buf)
+    what = "sending edges to their nodes' ranks"
+    for pairs in comm.rounds(chunks(), what):
+        pairs = np.empty((0, 2), dtype=np.int64) if pairs is None else pairs
+        got, = route(comm, home_of(pairs[:, 0], bounds), [pairs], what)
+        window = np.searchsorted(windows, got[:, 0], side="right") - 1
+        order = np.argsort(window, kind="stable")
+        cuts = np.cumsum(np.bincount(window, minlength=num_windows))[:-1]
+        for w, piece in enumerate(np.split(got[order], cuts)):
+            if piece.shape[0]:
+                with open(paths[w], "ab") as out:
+                    out.write(np.ascontiguousarray(piece, dtype=np.int64).tobytes())
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    lists_path = scratch.path("neighbours.bin")
+    with open(lists_path, "wb") as out:
+        for w in range(num_windows):
+            w_lo, w_hi = int(windows[w]), int(windows[w + 1])
+            pairs = np.fromfile(paths[w], dtype=np.int64).reshape(-1, 2) \
+                if paths[w].exists() else np.empty((0, 2), dtype=np.int64)
+            paths[w].unlink(missing_ok=True)
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(pairs[:, 0] - w_lo,
+                                                             minlength=w_hi - w_lo))])
+            buf = np.empty(pairs.shape[0], dtype=np.int64)
+            _fill(pairs, w_lo, ptr[:-1].copy(), buf)
+            del pairs
+            rows = dedup_rows(ptr.astype(np.int64), buf)
+            out.write(buf[:rows[-1]].tobytes())
+            xadj[w_lo - lo + 1:w_hi - lo + 1] = rows[1:] + xadj[w_lo - lo]
+            del buf
     size = int(xadj[-1])
+    lists = np.memmap(lists_path, dtype=np.int64, mode="r", shape=(size,)) if size else \
+        np.empty(0, dtype=np.int64)
     ghosts = distinct(piece[(piece < lo) | (piece >= hi)] for piece in
-                      (buf[s:min(s + block, size)] for s in range(0, size, block)))
+                      (np.asarray(lists[s:min(s + block, size)]) for s in range(0, size, block)))
     adj = plain(scratch.array("adjacency", np.int64, (size,)))
-    _to_slots(buf[:size], lo, hi, ghosts, adj)
-    Scratch.drop(buf)
-    del buf
+    for s in range(0, size, block):
+        _to_slots(np.asarray(lists[s:min(s + block, size)]), lo, hi, ghosts,
+                  adj[s:min(s + block, size)])
+    del lists
+    lists_path.unlink(missing_ok=True)
     dest = home_of(ghosts, bounds)
     cuts = np.cumsum(np.bincount(dest, minlength=comm.world))[:-1]
     asked = comm.alltoallv(np.split(ghosts, cuts), "agreeing on ghost nodes")

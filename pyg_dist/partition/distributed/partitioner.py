@@ -275,7 +275,8 @@ class DistPartitioner:
             return np.zeros(group.shape[0], dtype=np.int64)
         if self.method == "random":
             return random_local_parts(comm, group, train, types, self.num_parts, self.seed)
-        graph = build_local_graph(comm, self.source, self.files, scratch, self.block)
+        graph = build_local_graph(comm, self.source, self.files, scratch, self.block,
+                                  self.budget.total // 4)
         self.assign_phases["adjacency"] = time.perf_counter() - start
         assigner = DistAssigner(comm, graph, group, train, types, self.num_parts, self.seed,
                                 self.budget.total, scratch)

@@ -12,8 +12,8 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from pyg_dist.partition.kernels import (count_lower, dedup_rows, fill_lower, mirror_fill,
-                                        mirror_pointers)
+from pyg_dist.partition.kernels import (count_lower, dedup_rows, fill_lower,
+                                        mirror_fill_windows, mirror_pointers)
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.typing import NodeType
@@ -28,9 +28,12 @@ def type_offsets(num_nodes: Dict[NodeType, int]) -> Dict[NodeType, int]:
     return offsets
 
 
-def streaming_csr(source: ChunkedSource, scratch: Scratch) -> Tuple[np.ndarray, np.ndarray]:
+def streaming_csr(source: ChunkedSource, scratch: Scratch, window: int = 1 << 24
+                  ) -> Tuple[np.ndarray, np.ndarray]:
     """``(xadj, adjncy)`` of the undirected, loop-free, duplicate-free graph of all edge
-    types in the combined id space: ``xadj`` in memory, ``adjncy`` a memory map (int64).
+    types in the combined id space: ``xadj`` in memory, ``adjncy`` a memory map (int64)
+    written in windows of ``window`` entries (scattered writes into a map larger than
+    memory would rewrite its pages over and over).
     """
     offsets = type_offsets(source.num_nodes)
     total = source.total_nodes
@@ -49,6 +52,6 @@ def streaming_csr(source: ChunkedSource, scratch: Scratch) -> Tuple[np.ndarray, 
     ptr = dedup_rows(ptr, upper)
     xadj = mirror_pointers(ptr, upper)
     adjncy = plain(scratch.array("adjncy", np.int64, (int(xadj[-1]),)))
-    mirror_fill(ptr, upper, xadj, adjncy)
+    mirror_fill_windows(ptr, upper, xadj, adjncy, window)
     scratch.drop(upper)
     return xadj, adjncy

@@ -151,7 +151,7 @@ class OutOfCorePartitioner:
         if self.method == "random":
             return random_parts(src.num_nodes, trains, self.num_parts, self.seed), {}
         start = time.perf_counter()
-        xadj, adjncy = streaming_csr(src, scratch)
+        xadj, adjncy = streaming_csr(src, scratch, self.budget.block_rows(8))
         weights = vertex_weights(src.num_nodes, trains)
         phases = {"adjacency": time.perf_counter() - start}
         coarsen = self.coarsen
