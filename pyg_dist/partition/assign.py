@@ -9,7 +9,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from pyg_dist.partition.coarsen import (cluster, cluster_edges, contract, deal_clusters,
+from pyg_dist.partition.coarsen import (cluster, contract, deal_clusters,
                                         refine)
 from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
@@ -244,22 +244,21 @@ def _coarse_parts(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray,
     start = time.perf_counter()
     total = xadj.shape[0] - 1
     labels, k = cluster(xadj, adjncy, -(-total // (CLUSTERS_PER_PART * num_parts)), seed)
-    need = cluster_edges(xadj, adjncy, labels, k) * 8 * METIS_BYTES_PER_ADJACENCY_BYTE \
-        if coarse_budget is not None else 0
-    if need > (coarse_budget or 0):
-        warnings.warn(f"the graph has little community structure: METIS on its {k} "
-                      f"clusters would need about {need / 2**20:.1f} MiB, more than the "
-                      f"{coarse_budget / 2**20:.1f} MiB allowed; dealing clusters to "
-                      f"partitions by size and refining instead (a larger cut)",
-                      stacklevel=3)
-        parts = deal_clusters(labels, k, num_parts)[labels]
-        phases["coarsen"] = time.perf_counter() - start
-        return parts
     # node-type constraints only: METIS balances a train constraint on clusters of a
     # few nodes poorly and at a large cost in cut (1.2-1.35x on community graphs);
     # balance_train evens out the training nodes instead
     types = int(group.max(initial=0)) + 1
-    coarse = contract(xadj, adjncy, labels, k, weights[:, :types])
+    limit = None if coarse_budget is None else \
+        coarse_budget // (8 * METIS_BYTES_PER_ADJACENCY_BYTE)
+    coarse = contract(xadj, adjncy, labels, k, weights[:, :types], limit=limit)
+    if coarse is None:
+        warnings.warn(f"the graph has little community structure: METIS on its {k} "
+                      f"clusters would need more than the {coarse_budget / 2**20:.1f} MiB "
+                      f"allowed; dealing clusters to partitions by size and refining "
+                      f"instead (a larger cut)", stacklevel=3)
+        parts = deal_clusters(labels, k, num_parts)[labels]
+        phases["coarsen"] = time.perf_counter() - start
+        return parts
     phases["coarsen"], start = time.perf_counter() - start, time.perf_counter()
     parts = _part_graph(num_parts, seed, *coarse, recursive=recursive)[labels]
     phases["metis"] = time.perf_counter() - start

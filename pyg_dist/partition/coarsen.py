@@ -15,12 +15,40 @@ All kernels are numba, O(edges) per pass, with no buffer as large as the adjacen
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numba
 import numpy as np
 
 _JIT = dict(cache=True, nogil=True)
+
+
+#: nodes visited together by label propagation: blocks of consecutive ids in random
+#: order, each shuffled, so the adjacency is read block by block (a memory map larger
+#: than memory is then read about once per round instead of a page per node)
+VISIT_BLOCK = 4096
+
+
+@numba.njit(**_JIT)
+def _visit_order(n, block):
+    """A random order of ``0..n-1`` visiting blocks of ``block`` consecutive ids one
+    after the other (uses numba's seeded generator)."""
+    num_blocks = (n + block - 1) // block
+    order = np.empty(n, dtype=np.int64)
+    at = 0
+    for b in np.random.permutation(num_blocks):
+        lo = b * block
+        hi = min(lo + block, n)
+        order[at:at + hi - lo] = np.random.permutation(hi - lo) + lo
+        at += hi - lo
+    return order
+
+
+@numba.njit(**_JIT)
+def visit_order(n, block, seed):
+    """:func:`_visit_order` after seeding numba's generator with ``seed``."""
+    np.random.seed(seed)
+    return _visit_order(n, block)
 
 
 @numba.njit(**_JIT)
@@ -57,7 +85,7 @@ def _propagate(xadj, adj, max_size, rounds, seed):
     np.random.seed(seed)
     for _ in range(rounds):
         moved = 0
-        order = np.random.permutation(n)
+        order = _visit_order(n, VISIT_BLOCK)
         for i in range(n):
             u = order[i]
             own = labels[u]
@@ -81,62 +109,81 @@ def _propagate(xadj, adj, max_size, rounds, seed):
 
 
 @numba.njit(**_JIT)
-def _contract_rows(xadj, adj, labels, k):
-    """Members of every cluster (grouped) and the cluster graph's row pointers
-    (distinct neighbouring clusters, no self loops): node- and cluster-sized only."""
-    n = xadj.shape[0] - 1
-    start = np.zeros(k + 1, dtype=np.int64)  # members of every cluster, grouped
-    for u in range(n):
-        start[labels[u] + 1] += 1
-    for c in range(k):
-        start[c + 1] += start[c]
-    members = np.empty(n, dtype=np.int64)
-    cursor = start[:-1].copy()
-    for u in range(n):
-        members[cursor[labels[u]]] = u
-        cursor[labels[u]] += 1
-    mark = np.full(k, -1, dtype=np.int64)
-    cxadj = np.zeros(k + 1, dtype=np.int64)
-    for c in range(k):  # pass 1: row lengths
-        for i in range(start[c], start[c + 1]):
-            u = members[i]
-            for j in range(xadj[u], xadj[u + 1]):
-                d = labels[adj[j]]
-                if d != c and mark[d] != c:
-                    mark[d] = c
-                    cxadj[c + 1] += 1
-    for c in range(k):
-        cxadj[c + 1] += cxadj[c]
-    return start, members, cxadj
+def cluster_pairs(xadj, adj, labels, lo, hi):
+    """``(cluster of u, cluster of v)`` for the adjacency entries of nodes ``[lo, hi)``
+    whose clusters differ, in node order (``labels`` over every id ``adj`` holds)."""
+    count = 0
+    for u in range(lo, hi):
+        for j in range(xadj[u], xadj[u + 1]):
+            if labels[adj[j]] != labels[u]:
+                count += 1
+    out = np.empty((count, 2), dtype=np.int64)
+    at = 0
+    for u in range(lo, hi):
+        for j in range(xadj[u], xadj[u + 1]):
+            if labels[adj[j]] != labels[u]:
+                out[at, 0] = labels[u]
+                out[at, 1] = labels[adj[j]]
+                at += 1
+    return out
 
 
-@numba.njit(**_JIT)
-def _contract(xadj, adj, labels, k):
-    """CSR of the cluster graph (sorted rows, no self loops) and its edge weights
-    (number of original adjacency entries each cluster edge bundles)."""
-    start, members, cxadj = _contract_rows(xadj, adj, labels, k)
-    cadj = np.empty(cxadj[k], dtype=np.int64)
-    cw = np.zeros(cxadj[k], dtype=np.int64)
-    mark = np.full(k, -1, dtype=np.int64)
-    pos = np.empty(k, dtype=np.int64)
-    for c in range(k):  # pass 2: neighbours and weights
-        at = cxadj[c]
-        for i in range(start[c], start[c + 1]):
-            u = members[i]
-            for j in range(xadj[u], xadj[u + 1]):
-                d = labels[adj[j]]
-                if d == c:
-                    continue
-                if mark[d] != c:
-                    mark[d] = c
-                    pos[d] = at
-                    cadj[at] = d
-                    at += 1
-                cw[pos[d]] += 1
-        row = np.argsort(cadj[cxadj[c]:at])
-        cadj[cxadj[c]:at] = cadj[cxadj[c]:at][row]
-        cw[cxadj[c]:at] = cw[cxadj[c]:at][row]
-    return cxadj, cadj, cw
+class KeySums:
+    """Sums of counts per int64 key, from pieces: merged whenever what waits doubles
+    what is merged (``n log n`` in all; memory about twice the distinct keys)."""
+
+    def __init__(self, floor: int = 1 << 20) -> None:
+        self.keys = np.empty(0, dtype=np.int64)
+        self.sums = np.empty(0, dtype=np.int64)
+        self._pending: list = []
+        self._waiting, self._floor = 0, floor
+
+    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        self._pending.append((keys, counts))
+        self._waiting += keys.shape[0]
+        if self._waiting > max(self.keys.shape[0], self._floor):
+            self.merge()
+
+    def merge(self) -> "KeySums":
+        if self._pending:
+            keys, inverse = np.unique(np.concatenate([self.keys] + [p[0] for p in
+                                                                   self._pending]),
+                                      return_inverse=True)
+            sums = np.bincount(inverse, weights=np.concatenate(
+                [self.sums] + [p[1] for p in self._pending]), minlength=keys.shape[0])
+            self.keys, self.sums = keys, sums.astype(np.int64)
+            self._pending, self._waiting = [], 0
+        return self
+
+
+def contract(xadj: np.ndarray, adj: np.ndarray, labels: np.ndarray, k: int,
+             weights: np.ndarray, block: int = 1 << 22, limit: Optional[int] = None
+             ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """The cluster graph: ``(xadj, adjncy, edge_weights, vertex_weights)`` (sorted rows,
+    no self loops; an edge's weight counts the adjacency entries it bundles).
+
+    The adjacency is read in node order, ``block`` entries at a time (a memory map is
+    read once, in order). ``weights`` are the nodes' vertex weights, ``[num_nodes,
+    ncon]``; a cluster's are the sums over its members. With ``limit``, returns ``None``
+    as soon as the cluster graph has more than ``limit`` adjacency entries.
+    """
+    n, k = xadj.shape[0] - 1, int(k)
+    sums = KeySums()
+    step = max(1, block * max(n, 1) // max(int(xadj[-1]), 1))
+    for lo in range(0, n, step):
+        pairs = cluster_pairs(xadj, adj, labels, lo, min(lo + step, n))
+        keys, counts = np.unique(pairs[:, 0] * k + pairs[:, 1], return_counts=True)
+        sums.add(keys, counts.astype(np.int64))
+        if limit is not None and sums.keys.shape[0] > limit:
+            return None
+    sums.merge()
+    if limit is not None and sums.keys.shape[0] > limit:
+        return None
+    cxadj = np.concatenate([[0], np.cumsum(np.bincount(sums.keys // max(k, 1),
+                                                       minlength=k))]).astype(np.int64)
+    cvw = np.stack([np.bincount(labels[:n], weights=weights[:, i], minlength=k)
+                    for i in range(weights.shape[1])], axis=1).astype(np.int64)
+    return cxadj, sums.keys % max(k, 1), sums.sums, cvw
 
 
 def cluster(xadj: np.ndarray, adj: np.ndarray, max_size: int, seed: int, rounds: int = 5
@@ -150,19 +197,6 @@ def cluster(xadj: np.ndarray, adj: np.ndarray, max_size: int, seed: int, rounds:
         rounds (int): most passes over the nodes.
     """
     return _propagate(xadj, adj, max(int(max_size), 1), int(rounds), int(seed))
-
-
-def contract(xadj: np.ndarray, adj: np.ndarray, labels: np.ndarray, k: int,
-             weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The cluster graph: ``(xadj, adjncy, edge_weights, vertex_weights)``.
-
-    ``weights`` are the nodes' vertex weights, ``[num_nodes, ncon]``; a cluster's are
-    the sums over its members.
-    """
-    cxadj, cadj, cw = _contract(xadj, adj, labels, int(k))
-    cvw = np.stack([np.bincount(labels, weights=weights[:, i], minlength=int(k))
-                    for i in range(weights.shape[1])], axis=1).astype(np.int64)
-    return cxadj, cadj, cw, cvw
 
 
 @numba.njit(**_JIT)
@@ -215,12 +249,6 @@ def refine(parts: np.ndarray, xadj: np.ndarray, adj: np.ndarray, group: np.ndarr
     train_limit = int(np.ceil(int(train.sum()) / num_parts * (1 + train_tolerance)))
     _refine(parts, xadj, adj, group.astype(np.int64), train.astype(np.bool_), int(num_parts),
             np.maximum(group_limit, 1), max(train_limit, 1), int(rounds))
-
-
-def cluster_edges(xadj: np.ndarray, adj: np.ndarray, labels: np.ndarray, k: int) -> int:
-    """Adjacency entries of the cluster graph :func:`contract` would build, counted
-    without building it (node- and cluster-sized memory only)."""
-    return int(_contract_rows(xadj, adj, labels, int(k))[2][-1])
 
 
 @numba.njit(**_JIT)

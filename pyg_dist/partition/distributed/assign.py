@@ -28,7 +28,8 @@ import numba
 import numpy as np
 
 from pyg_dist.partition.assign import CLUSTERS_PER_PART, METIS_BYTES_PER_ADJACENCY_BYTE
-from pyg_dist.partition.coarsen import best_label, deal_sizes
+from pyg_dist.partition.coarsen import (VISIT_BLOCK, KeySums, best_label, cluster_pairs,
+                                        deal_sizes, visit_order)
 from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain
@@ -53,26 +54,6 @@ def _lp_round(xadj, adj, cid, order, quota, num_labels):
             cid[u] = best
             moved += 1
     return moved
-
-
-@numba.njit(**_JIT)
-def _cluster_pairs(xadj, adj, cl, lo, hi):
-    """``(cluster of u, cluster of v)`` for adjacency entries of nodes ``[lo, hi)`` whose
-    clusters differ."""
-    count = 0
-    for u in range(lo, hi):
-        for j in range(xadj[u], xadj[u + 1]):
-            if cl[adj[j]] != cl[u]:
-                count += 1
-    out = np.empty((count, 2), dtype=np.int64)
-    at = 0
-    for u in range(lo, hi):
-        for j in range(xadj[u], xadj[u + 1]):
-            if cl[adj[j]] != cl[u]:
-                out[at, 0] = cl[u]
-                out[at, 1] = cl[adj[j]]
-                at += 1
-    return out
 
 
 @numba.njit(**_JIT)
@@ -148,7 +129,7 @@ class DistAssigner:
             sizes = lookup(comm, values, g.bounds, lambda k: sizes_home[k - g.lo],
                            "asking for cluster sizes")
             quota = np.maximum(cap - sizes, 0) // comm.world
-            order = np.random.default_rng([self.seed, r, comm.rank]).permutation(g.n)
+            order = visit_order(g.n, VISIT_BLOCK, (self.seed * 1009 + r) * 1013 + comm.rank)
             moved = _lp_round(g.xadj, g.adj, cid, order, quota, values.shape[0])
             labels = values[cid[:g.n]]
             moved = int(comm.allreduce(np.array([moved], dtype=np.int64),
@@ -171,34 +152,22 @@ class DistAssigner:
         ``(cu, cv)`` keys and weights, summed over ranks."""
         comm, g = self.comm, self.graph
         cbounds = even_bounds(k, comm.world)
-        keys, weights = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
 
         def blocks():
             step = max(1, block // max(1, int(g.xadj[-1]) // max(g.n, 1) + 1))
             for lo in range(0, g.n, step):
-                pairs = _cluster_pairs(g.xadj, g.adj, cl, lo, min(lo + step, g.n))
+                pairs = cluster_pairs(g.xadj, g.adj, cl, lo, min(lo + step, g.n))
                 key, count = np.unique(pairs[:, 0] * k + pairs[:, 1], return_counts=True)
                 yield key, count.astype(np.int64)
 
-        def merge(pending: list) -> Tuple[np.ndarray, np.ndarray]:
-            merged, inverse = np.unique(np.concatenate([keys] + [p[0] for p in pending]),
-                                        return_inverse=True)
-            summed = np.bincount(inverse, weights=np.concatenate(
-                [weights] + [p[1] for p in pending]), minlength=merged.shape[0])
-            return merged, summed.astype(np.int64)
-
-        pending: list = []
-        waiting = 0
+        sums = KeySums()
         for piece in comm.rounds(blocks(), "summing cluster edges"):
             key, count = piece if piece is not None else (np.empty(0, np.int64),
                                                           np.empty(0, np.int64))
-            got = route(comm, home_of(key // max(k, 1), cbounds), [key, count],
-                        "summing cluster edges")
-            pending.append(got)
-            waiting += got[0].shape[0]
-            if waiting > max(keys.shape[0], block):  # merged when it doubles: n log n
-                (keys, weights), pending, waiting = merge(pending), [], 0
-        return (*merge(pending), cbounds)
+            sums.add(*route(comm, home_of(key // max(k, 1), cbounds), [key, count],
+                            "summing cluster edges"))
+        sums.merge()
+        return sums.keys, sums.sums, cbounds
 
     def _cluster_weights(self, cl: np.ndarray, k: int, cbounds: np.ndarray) -> np.ndarray:
         """``[clusters homed here, num_types]`` node counts per cluster and type."""
