@@ -200,34 +200,47 @@ def cluster(xadj: np.ndarray, adj: np.ndarray, max_size: int, seed: int, rounds:
 
 
 @numba.njit(**_JIT)
+def best_part(u, xadj, adj, parts, conn, group, train, room, train_room):
+    """The partition most neighbours of ``u`` are in, when more are there than in
+    ``u``'s own and it has room for ``u`` (``room[group, part] > 0``, and for a train
+    node ``train_room[part] > 0``); else ``u``'s own. ``conn`` (zeros, one per
+    partition) is left zeroed."""
+    own = parts[u]
+    for j in range(xadj[u], xadj[u + 1]):
+        conn[parts[adj[j]]] += 1
+    best, best_conn = own, conn[own]
+    for p in range(conn.shape[0]):
+        if conn[p] > best_conn and room[group[u], p] > 0 and \
+                (not train[u] or train_room[p] > 0):
+            best, best_conn = p, conn[p]
+    conn[:] = 0
+    return best
+
+
+@numba.njit(**_JIT)
 def _refine(parts, xadj, adj, group, train, num_parts, group_limit, train_limit, rounds):
     num_groups = group_limit.shape[0]
-    counts = np.zeros((num_groups, num_parts), dtype=np.int64)
-    train_counts = np.zeros(num_parts, dtype=np.int64)
+    room = np.empty((num_groups, num_parts), dtype=np.int64)  # nodes each may still take
+    for g in range(num_groups):
+        room[g, :] = group_limit[g]
+    train_room = np.full(num_parts, train_limit, dtype=np.int64)
     n = parts.shape[0]
     for u in range(n):
-        counts[group[u], parts[u]] += 1
+        room[group[u], parts[u]] -= 1
         if train[u]:
-            train_counts[parts[u]] += 1
+            train_room[parts[u]] -= 1
     conn = np.zeros(num_parts, dtype=np.int64)
     for _ in range(rounds):
         moved = 0
         for u in range(n):
             own = parts[u]
-            for j in range(xadj[u], xadj[u + 1]):
-                conn[parts[adj[j]]] += 1
-            best, best_conn = own, conn[own]
-            for p in range(num_parts):
-                if conn[p] > best_conn and counts[group[u], p] < group_limit[group[u]] and \
-                        (not train[u] or train_counts[p] < train_limit):
-                    best, best_conn = p, conn[p]
-            conn[:] = 0
+            best = best_part(u, xadj, adj, parts, conn, group, train, room, train_room)
             if best != own:
-                counts[group[u], own] -= 1
-                counts[group[u], best] += 1
+                room[group[u], own] += 1
+                room[group[u], best] -= 1
                 if train[u]:
-                    train_counts[own] -= 1
-                    train_counts[best] += 1
+                    train_room[own] += 1
+                    train_room[best] -= 1
                 parts[u] = best
                 moved += 1
         if moved == 0:

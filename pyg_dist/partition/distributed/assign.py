@@ -28,8 +28,8 @@ import numba
 import numpy as np
 
 from pyg_dist.partition.assign import CLUSTERS_PER_PART, METIS_BYTES_PER_ADJACENCY_BYTE
-from pyg_dist.partition.coarsen import (VISIT_BLOCK, KeySums, best_label, cluster_pairs,
-                                        deal_sizes, visit_order)
+from pyg_dist.partition.coarsen import (VISIT_BLOCK, KeySums, best_label, best_part,
+                                        cluster_pairs, deal_sizes, visit_order)
 from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain
@@ -60,20 +60,11 @@ def _lp_round(xadj, adj, cid, order, quota, num_labels):
 def _refine_round(xadj, adj, parts, n, group, train, quota, train_quota):
     """Boundary moves of this rank's nodes to the partition most neighbours are in,
     within ``quota[group, part]`` (and ``train_quota[part]`` for train nodes)."""
-    num_parts = quota.shape[1]
-    conn = np.zeros(num_parts, dtype=np.int64)
+    conn = np.zeros(quota.shape[1], dtype=np.int64)
     moved = 0
     for u in range(n):
-        own = parts[u]
-        for j in range(xadj[u], xadj[u + 1]):
-            conn[parts[adj[j]]] += 1
-        best, best_conn = own, conn[own]
-        for p in range(num_parts):
-            if conn[p] > best_conn and quota[group[u], p] > 0 and \
-                    (not train[u] or train_quota[p] > 0):
-                best, best_conn = p, conn[p]
-        conn[:] = 0
-        if best != own:
+        best = best_part(u, xadj, adj, parts, conn, group, train, quota, train_quota)
+        if best != parts[u]:
             quota[group[u], best] -= 1
             if train[u]:
                 train_quota[best] -= 1
