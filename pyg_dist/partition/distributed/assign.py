@@ -38,13 +38,18 @@ from pyg_dist.partition.outofcore.scratch import Scratch
 _JIT = dict(cache=True, nogil=True)
 
 
+def _max_degree(xadj: np.ndarray) -> int:
+    return int(np.diff(xadj).max(initial=0))
+
+
 @numba.njit(**_JIT)
-def _lp_round(xadj, adj, cid, order, quota, num_labels):
+def _lp_round(xadj, adj, cid, order, quota, num_labels, max_degree):
     """One pass of label propagation over this rank's nodes (``cid``: compact label per
-    slot, updated in place); a label gains at most ``quota`` nodes. Returns moves."""
+    slot, updated in place); a label gains at most ``quota`` nodes (``quota`` is used up
+    in place). Returns moves."""
     score = np.zeros(num_labels, dtype=np.int64)
-    touched = np.empty(num_labels, dtype=np.int64)
-    room = quota.copy()
+    touched = np.empty(max_degree + 1, dtype=np.int64)  # distinct labels around a node
+    room = quota
     moved = 0
     for i in range(order.shape[0]):
         u = order[i]
@@ -114,15 +119,22 @@ class DistAssigner:
         labels = np.arange(g.lo, g.hi, dtype=np.int64)
         for r in range(rounds):
             slot_labels = g.slots(comm, labels, "exchanging cluster labels")
-            values, cid = np.unique(slot_labels, return_inverse=True)
-            cid = cid.astype(np.int64)
+            values = np.unique(slot_labels)  # compact ids: positions in ``values``
+            cid = np.searchsorted(values, slot_labels)
+            del slot_labels
             sizes_home = self._sizes_at_home(labels)
-            sizes = lookup(comm, values, g.bounds, lambda k: sizes_home[k - g.lo],
-                           "asking for cluster sizes")
-            quota = np.maximum(cap - sizes, 0) // comm.world
+            quota = lookup(comm, values, g.bounds, lambda k: sizes_home[k - g.lo],
+                           "asking for cluster sizes", sorted_keys=True)
+            del sizes_home
+            np.subtract(cap, quota, out=quota)
+            np.maximum(quota, 0, out=quota)
+            quota //= comm.world
             order = visit_order(g.n, VISIT_BLOCK, (self.seed * 1009 + r) * 1013 + comm.rank)
-            moved = _lp_round(g.xadj, g.adj, cid, order, quota, values.shape[0])
+            moved = _lp_round(g.xadj, g.adj, cid, order, quota, values.shape[0],
+                              _max_degree(g.xadj))
+            del order, quota
             labels = values[cid[:g.n]]
+            del cid, values
             moved = int(comm.allreduce(np.array([moved], dtype=np.int64),
                                        "counting moved nodes")[0])
             if moved * 100 < total:

@@ -144,10 +144,16 @@ def even_bounds(total: int, world: int) -> np.ndarray:
 
 
 def lookup(comm: Comm, keys: np.ndarray, bounds: np.ndarray,
-           answer: Callable[[np.ndarray], np.ndarray], what: str) -> np.ndarray:
+           answer: Callable[[np.ndarray], np.ndarray], what: str,
+           sorted_keys: bool = False) -> np.ndarray:
     """Values of ``keys`` held by their home ranks (``bounds``): each home is asked for
-    its keys and gives ``answer(keys)``; the replies come back in ``keys``' order."""
+    its keys and gives ``answer(keys)``; the replies come back in ``keys``' order.
+    ``sorted_keys``: ``keys`` are ascending (no permutation is needed)."""
     keys = np.asarray(keys, dtype=np.int64)
+    if sorted_keys:
+        cuts = np.searchsorted(keys, bounds[1:-1])
+        asked = comm.alltoallv(np.split(keys, cuts), what)
+        return np.concatenate(comm.alltoallv([answer(k) for k in asked], what))
     dest = home_of(keys, bounds)
     order = np.argsort(dest, kind="stable")
     cuts = np.cumsum(np.bincount(dest, minlength=comm.world))[:-1]
