@@ -12,6 +12,7 @@ ghosts' current values from their homes with one all-to-all.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import numba
@@ -134,6 +135,48 @@ class LocalGraph:
         return np.concatenate([values, self.ghost_values(comm, values, what)])
 
 
+def _assemble_windows(paths: List[Path], windows: np.ndarray, scratch: Scratch
+                      ) -> Tuple[np.ndarray, Path]:
+    """Row pointers of the local nodes and the file of their sorted, deduplicated
+    neighbour lists (global ids), built one window of rows at a time from its pairs."""
+    lo, n = int(windows[0]), int(windows[-1] - windows[0])
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    lists_path = scratch.path("neighbours.bin")
+    with open(lists_path, "wb") as out:
+        for w, path in enumerate(paths):
+            w_lo, w_hi = int(windows[w]), int(windows[w + 1])
+            pairs = np.fromfile(path, dtype=np.int64).reshape(-1, 2) \
+                if path.exists() else np.empty((0, 2), dtype=np.int64)
+            path.unlink(missing_ok=True)
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(pairs[:, 0] - w_lo,
+                                                             minlength=w_hi - w_lo))])
+            buf = np.empty(pairs.shape[0], dtype=np.int64)
+            _fill(pairs, w_lo, ptr[:-1].copy(), buf)
+            del pairs
+            rows = dedup_rows(ptr.astype(np.int64), buf)
+            out.write(buf[:rows[-1]].tobytes())
+            xadj[w_lo - lo + 1:w_hi - lo + 1] = rows[1:] + xadj[w_lo - lo]
+            del buf
+    return xadj, lists_path
+
+
+def _slot_lists(lists_path: Path, size: int, lo: int, hi: int, block: int, scratch: Scratch
+                ) -> Tuple[np.ndarray, np.ndarray]:
+    """The sorted ghost ids and the neighbour lists over slots (a memory map), read from
+    the lists file ``block`` entries at a time; the file is removed."""
+    lists = np.memmap(lists_path, dtype=np.int64, mode="r", shape=(size,)) if size else \
+        np.empty(0, dtype=np.int64)
+    ghosts = distinct(piece[(piece < lo) | (piece >= hi)] for piece in
+                      (np.asarray(lists[s:min(s + block, size)]) for s in range(0, size, block)))
+    adj = plain(scratch.array("adjacency", np.int64, (size,)))
+    for s in range(0, size, block):
+        _to_slots(np.asarray(lists[s:min(s + block, size)]), lo, hi, ghosts,
+                  adj[s:min(s + block, size)])
+    del lists
+    lists_path.unlink(missing_ok=True)
+    return ghosts, adj
+
+
 def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scratch: Scratch,
                       block: int, window_bytes: int) -> LocalGraph:
     """Streams this rank's edge chunks, sends both directions of every edge to the home
@@ -173,34 +216,8 @@ def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scrat
             if piece.shape[0]:
                 with open(paths[w], "ab") as out:
                     out.write(np.ascontiguousarray(piece, dtype=np.int64).tobytes())
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    lists_path = scratch.path("neighbours.bin")
-    with open(lists_path, "wb") as out:
-        for w in range(num_windows):
-            w_lo, w_hi = int(windows[w]), int(windows[w + 1])
-            pairs = np.fromfile(paths[w], dtype=np.int64).reshape(-1, 2) \
-                if paths[w].exists() else np.empty((0, 2), dtype=np.int64)
-            paths[w].unlink(missing_ok=True)
-            ptr = np.concatenate([[0], np.cumsum(np.bincount(pairs[:, 0] - w_lo,
-                                                             minlength=w_hi - w_lo))])
-            buf = np.empty(pairs.shape[0], dtype=np.int64)
-            _fill(pairs, w_lo, ptr[:-1].copy(), buf)
-            del pairs
-            rows = dedup_rows(ptr.astype(np.int64), buf)
-            out.write(buf[:rows[-1]].tobytes())
-            xadj[w_lo - lo + 1:w_hi - lo + 1] = rows[1:] + xadj[w_lo - lo]
-            del buf
-    size = int(xadj[-1])
-    lists = np.memmap(lists_path, dtype=np.int64, mode="r", shape=(size,)) if size else \
-        np.empty(0, dtype=np.int64)
-    ghosts = distinct(piece[(piece < lo) | (piece >= hi)] for piece in
-                      (np.asarray(lists[s:min(s + block, size)]) for s in range(0, size, block)))
-    adj = plain(scratch.array("adjacency", np.int64, (size,)))
-    for s in range(0, size, block):
-        _to_slots(np.asarray(lists[s:min(s + block, size)]), lo, hi, ghosts,
-                  adj[s:min(s + block, size)])
-    del lists
-    lists_path.unlink(missing_ok=True)
+    xadj, lists_path = _assemble_windows(paths, windows, scratch)
+    ghosts, adj = _slot_lists(lists_path, int(xadj[-1]), lo, hi, block, scratch)
     dest = home_of(ghosts, bounds)
     cuts = np.cumsum(np.bincount(dest, minlength=comm.world))[:-1]
     asked = comm.alltoallv(np.split(ghosts, cuts), "agreeing on ghost nodes")
