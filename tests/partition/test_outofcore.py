@@ -197,3 +197,14 @@ def test_graph_without_communities_stays_within_budget(tmp_path: Path) -> None:
     rand = OutOfCorePartitioner(tmp_path / "chunks", 2, tmp_path / "rand", "1MB",
                                 method="random", progress=False).generate()
     assert _cut(meta) < _cut(rand), (_cut(meta), _cut(rand))
+
+
+@pytest.mark.parametrize("values", [[], [7], [3, -1, 3, 2, -1], list(range(50, 0, -3)) * 2])
+def test_sorted_unique_equals_numpy_unique(values: list) -> None:
+    import numpy as np
+
+    from pyg_dist.partition.kernels import sorted_unique
+
+    array = np.array(values, dtype=np.int64)
+    got = sorted_unique(array)
+    assert got.dtype == np.int64 and np.array_equal(got, np.unique(array))

@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numba
 import numpy as np
@@ -32,7 +32,7 @@ from pyg_dist.partition.coarsen import (VISIT_BLOCK, KeySums, best_label, best_p
                                         cluster_pairs, deal_sizes, visit_order)
 from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import LocalGraph
-from pyg_dist.partition.kernels import move_gain
+from pyg_dist.partition.kernels import move_gain, sorted_unique
 from pyg_dist.partition.outofcore.scratch import Scratch
 
 _JIT = dict(cache=True, nogil=True)
@@ -119,7 +119,7 @@ class DistAssigner:
         labels = np.arange(g.lo, g.hi, dtype=np.int64)
         for r in range(rounds):
             slot_labels = g.slots(comm, labels, "exchanging cluster labels")
-            values = np.unique(slot_labels)  # compact ids: positions in ``values``
+            values = sorted_unique(slot_labels)  # compact ids: positions in ``values``
             cid = np.searchsorted(values, slot_labels)
             del slot_labels
             sizes_home = self._sizes_at_home(labels)
@@ -150,11 +150,17 @@ class DistAssigner:
 
     # ---- 2. cluster graph ----------------------------------------------------------------
     def _cluster_graph(self, cl: np.ndarray, k: int, block: int
-                       ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """This rank's share (clusters homed here) of the cluster graph: sorted
-        ``(cu, cv)`` keys and weights, summed over ranks."""
+                       ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """This rank's share (clusters homed here, ``even_bounds(k, world)``) of the
+        cluster graph: sorted ``(cu, cv)`` keys and weights, summed over ranks.
+
+        ``None`` on every rank as soon as one rank holds more entries than METIS may
+        take within the budget (the ranks agree after every round), so a cluster graph
+        too large for METIS is never held whole.
+        """
         comm, g = self.comm, self.graph
         cbounds = even_bounds(k, comm.world)
+        limit = self.budget // (8 * METIS_BYTES_PER_ADJACENCY_BYTE)
 
         def blocks():
             step = max(1, block // max(1, int(g.xadj[-1]) // max(g.n, 1) + 1))
@@ -163,14 +169,18 @@ class DistAssigner:
                 key, count = np.unique(pairs[:, 0] * k + pairs[:, 1], return_counts=True)
                 yield key, count.astype(np.int64)
 
-        sums = KeySums()
+        sums = KeySums(floor=max(min(limit, 1 << 20), 1))  # merged at least every limit
         for piece in comm.rounds(blocks(), "summing cluster edges"):
             key, count = piece if piece is not None else (np.empty(0, np.int64),
                                                           np.empty(0, np.int64))
             sums.add(*route(comm, home_of(key // max(k, 1), cbounds), [key, count],
                             "summing cluster edges"))
+            over = comm.allreduce(np.array([sums.keys.shape[0] > limit], dtype=np.int64),
+                                  "summing cluster edges", "max")[0]
+            if over:
+                return None
         sums.merge()
-        return sums.keys, sums.sums, cbounds
+        return sums.keys, sums.sums
 
     def _cluster_weights(self, cl: np.ndarray, k: int, cbounds: np.ndarray) -> np.ndarray:
         """``[clusters homed here, num_types]`` node counts per cluster and type."""
@@ -192,25 +202,27 @@ class DistAssigner:
         return np.concatenate(got) if self.comm.rank == 0 else empty
 
     def coarse_parts(self, cl: np.ndarray, k: int, block: int) -> np.ndarray:
-        """The partition of every local node from METIS on the cluster graph."""
+        """The partition of every local node from METIS on the cluster graph (or the
+        clusters dealt by size when METIS would need more than the budget)."""
         comm, g = self.comm, self.graph
-        keys, weights, cbounds = self._cluster_graph(cl, k, block)
-        cvw = self._cluster_weights(cl, k, cbounds)
-        entries = int(comm.allreduce(np.array([keys.shape[0]], dtype=np.int64),
-                                     "counting cluster edges")[0])
-        need = entries * 8 * METIS_BYTES_PER_ADJACENCY_BYTE
-        cvw_all = self._to_root(cvw, "gathering cluster weights")
-        if need > self.budget:
+        graph = self._cluster_graph(cl, k, block)
+        cbounds = even_bounds(k, comm.world)
+        cvw_all = self._to_root(self._cluster_weights(cl, k, cbounds),
+                                "gathering cluster weights")
+        entries = None if graph is None else int(comm.allreduce(
+            np.array([graph[0].shape[0]], dtype=np.int64), "counting cluster edges")[0])
+        if entries is None or entries * 8 * METIS_BYTES_PER_ADJACENCY_BYTE > self.budget:
             if comm.rank == 0:
                 warnings.warn(f"the graph has little community structure: METIS on its {k} "
-                              f"clusters would need about {need / 2**20:.1f} MiB, more than "
-                              f"the {self.budget / 2**20:.1f} MiB allowed; dealing clusters "
-                              f"to partitions by size and refining instead (a larger cut)",
+                              f"clusters would need more than the "
+                              f"{self.budget / 2**20:.1f} MiB allowed; dealing clusters to "
+                              f"partitions by size and refining instead (a larger cut)",
                               stacklevel=2)
                 cparts = deal_sizes(cvw_all.sum(1), self.num_parts)
         else:
-            keys_all = self._to_root(keys, "gathering the cluster graph")
-            weights_all = self._to_root(weights, "gathering the cluster graph")
+            keys_all = self._to_root(graph[0], "gathering the cluster graph")
+            weights_all = self._to_root(graph[1], "gathering the cluster graph")
+            del graph
             if comm.rank == 0:
                 start = time.perf_counter()
                 cparts = self._metis(keys_all, weights_all, cvw_all, k)

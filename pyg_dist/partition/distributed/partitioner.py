@@ -48,6 +48,7 @@ from pyg_dist.partition.distributed.assign import DistAssigner, random_local_par
 from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 from pyg_dist.partition.identity import part_digest, partition_uid
+from pyg_dist.partition.kernels import sorted_unique
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta
 from pyg_dist.partition.outofcore.csr import type_offsets
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc
@@ -409,7 +410,7 @@ class DistPartitioner:
                            dtype=np.int64)[parts]
         got_new, got_rows = route(comm, writers, [new, rows], what)
         got_parts = home_of(got_new, bounds)
-        for p in np.unique(got_parts):
+        for p in sorted_unique(got_parts):
             mine = got_parts == p
             outs[int(p)][got_new[mine] - bounds[p]] = got_rows[mine]
 

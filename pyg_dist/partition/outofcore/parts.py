@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from pyg_dist.partition import io
-from pyg_dist.partition.kernels import outside_nodes
+from pyg_dist.partition.kernels import outside_nodes, sorted_unique
 from pyg_dist.partition.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.rows import owned_range
 from pyg_dist.partition.outofcore.scratch import plain
@@ -73,11 +73,11 @@ def distinct(pieces: Iterable[np.ndarray]) -> np.ndarray:
     doubles what is merged (``n log n`` in all; memory: the distinct values, twice)."""
     found, pending, waiting = np.empty(0, dtype=np.int64), [], 0
     for piece in pieces:
-        pending.append(np.unique(piece))
+        pending.append(sorted_unique(piece))
         waiting += pending[-1].shape[0]
         if waiting > max(found.shape[0], 1 << 20):
-            found, pending, waiting = np.unique(np.concatenate([found, *pending])), [], 0
-    return np.unique(np.concatenate([found, *pending])).astype(np.int64)
+            found, pending, waiting = sorted_unique(np.concatenate([found, *pending])), [], 0
+    return sorted_unique(np.concatenate([found, *pending])).astype(np.int64)
 
 
 @dataclass
@@ -98,7 +98,7 @@ def part_halo(source: ChunkedSource, part: int, pieces: PartPieces, node_offsets
         outside, n_cut = outside_sorted(indices, lo, hi, source.num_nodes[et[0]], block)
         edges[et], cut[et] = int(indices.shape[0]), int(n_cut)
         found.setdefault(et[0], []).append(outside)
-    halo = {t: np.unique(np.concatenate(v)).astype(np.int64) for t, v in found.items()}
+    halo = {t: sorted_unique(np.concatenate(v)).astype(np.int64) for t, v in found.items()}
     return PartHalo(halo, edges, cut)
 
 

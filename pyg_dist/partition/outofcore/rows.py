@@ -11,6 +11,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
+from pyg_dist.partition.kernels import sorted_unique
 from pyg_dist.partition.meta import AttrSpec
 from pyg_dist.partition.outofcore.scratch import Scratch
 
@@ -39,7 +40,7 @@ def scatter_rows(read: Reader, new_ids: Reader, total: int, offsets: Sequence[in
         hi = min(lo + block, total)
         rows, new = read(lo, hi), np.asarray(new_ids(lo, hi))
         parts = np.searchsorted(bounds, new, side="right") - 1
-        for p in np.unique(parts):
+        for p in sorted_unique(parts):
             mine = parts == p
             outs[p][new[mine] - bounds[p]] = rows[mine]
 
@@ -50,7 +51,7 @@ def gather_rows(arrays: List[np.ndarray], offsets: Sequence[int], ids: np.ndarra
     out = np.empty((ids.shape[0], *spec.shape), dtype=np.dtype(spec.dtype))
     bounds = np.asarray(offsets, dtype=np.int64)
     parts = np.searchsorted(bounds, ids, side="right") - 1
-    for p in np.unique(parts):
+    for p in sorted_unique(parts):
         mine = parts == p
         out[mine] = arrays[p][ids[mine] - bounds[p]]
     return out
