@@ -309,13 +309,19 @@ def test_cluster_graph_over_the_budget_is_never_held_whole(tmp_path: Path, monke
     assert held and max(held) <= 4 * limit, (max(held), limit, whole)
 
 
-def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path) -> None:
+@pytest.mark.parametrize("slots", ["int32", "int64"])
+def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path, monkeypatch,
+                                                       slots: str) -> None:
     """One rank's lists, built window by window (a tiny window: many), equal the
-    in-memory symmetric CSR METIS gets; so do the out-of-core path's windowed lists."""
+    in-memory symmetric CSR METIS gets (int32 slots, or int64 where a rank has more
+    slots than int32 holds); so do the out-of-core path's windowed lists."""
     import numpy as np
 
-    from pyg_dist.partition.distributed import Comm
+    from pyg_dist.partition.distributed import Comm, graph as local_graph
     from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
+
+    if slots == "int64":
+        monkeypatch.setattr(local_graph, "MAX_INT32_SLOTS", 10)
     from pyg_dist.partition.kernels import (count_lower, dedup_rows, fill_lower, mirror_fill,
                                             mirror_fill_windows, mirror_pointers)
     from pyg_dist.partition.outofcore.scratch import Scratch
@@ -340,7 +346,7 @@ def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path) -> None:
     adj = np.zeros(int(xadj[-1]), dtype=np.int64)
     mirror_fill(ptr, upper, xadj, adj)
     assert graph.ghosts.size == 0 and np.array_equal(graph.xadj, xadj)
-    assert np.array_equal(np.asarray(graph.adj), adj)
+    assert graph.adj.dtype == np.dtype(slots) and np.array_equal(np.asarray(graph.adj), adj)
     windowed = np.zeros_like(adj)
     assert mirror_fill_windows(ptr, upper, xadj, windowed, 50) > 5
     assert np.array_equal(windowed, adj)

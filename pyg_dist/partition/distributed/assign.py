@@ -34,6 +34,7 @@ from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, look
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain, sorted_unique
 from pyg_dist.partition.outofcore.scratch import Scratch
+from pyg_dist.store.memory import release_free_memory
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -102,16 +103,25 @@ class DistAssigner:
         self.phases: Dict[str, float] = {}
 
     # ---- 1. clusters ---------------------------------------------------------------------
-    def _sizes_at_home(self, labels: np.ndarray) -> np.ndarray:
-        """Per local node id: how many nodes (all ranks) carry it as their label."""
-        g = self.graph
-        values, counts = np.unique(labels, return_counts=True)
-        got_labels, got_counts = route(self.comm, home_of(values, g.bounds),
-                                       [values, counts.astype(np.int64)], "summing cluster sizes")
-        return np.bincount(got_labels - g.lo, weights=got_counts,
-                           minlength=g.n).astype(np.int64)
+    def _sizes_at_home(self, labels: np.ndarray, block: int) -> np.ndarray:
+        """Per local node id: how many nodes (all ranks) carry it as their label
+        (counted ``block`` labels at a time)."""
+        comm, g = self.comm, self.graph
+        sizes = np.zeros(g.n, dtype=np.int64)
 
-    def cluster(self, rounds: int = 5) -> Tuple[np.ndarray, int]:
+        def pieces():
+            for lo in range(0, labels.shape[0], block):
+                values, counts = np.unique(labels[lo:lo + block], return_counts=True)
+                yield values, counts.astype(np.int64)
+
+        for piece in comm.rounds(pieces(), "summing cluster sizes"):
+            values, counts = piece if piece is not None else (np.empty(0, np.int64),) * 2
+            got_labels, got_counts = route(comm, home_of(values, g.bounds), [values, counts],
+                                           "summing cluster sizes")
+            np.add.at(sizes, got_labels - g.lo, got_counts)
+        return sizes
+
+    def cluster(self, block: int, rounds: int = 5) -> Tuple[np.ndarray, int]:
         """Cluster id (``0..k-1``) per slot (local nodes, then ghosts) and ``k``."""
         comm, g = self.comm, self.graph
         total = int(g.bounds[-1])
@@ -120,9 +130,9 @@ class DistAssigner:
         for r in range(rounds):
             slot_labels = g.slots(comm, labels, "exchanging cluster labels")
             values = sorted_unique(slot_labels)  # compact ids: positions in ``values``
-            cid = np.searchsorted(values, slot_labels)
+            cid = np.searchsorted(values, slot_labels).astype(g.adj.dtype, copy=False)
             del slot_labels
-            sizes_home = self._sizes_at_home(labels)
+            sizes_home = self._sizes_at_home(labels, block)
             quota = lookup(comm, values, g.bounds, lambda k: sizes_home[k - g.lo],
                            "asking for cluster sizes", sorted_keys=True)
             del sizes_home
@@ -135,11 +145,12 @@ class DistAssigner:
             del order, quota
             labels = values[cid[:g.n]]
             del cid, values
+            release_free_memory()
             moved = int(comm.allreduce(np.array([moved], dtype=np.int64),
                                        "counting moved nodes")[0])
             if moved * 100 < total:
                 break
-        sizes_home = self._sizes_at_home(labels)
+        sizes_home = self._sizes_at_home(labels, block)
         used = sizes_home > 0
         counts = comm.allgather(int(used.sum()), "numbering clusters")
         first = sum(counts[:comm.rank])
@@ -353,7 +364,7 @@ class DistAssigner:
     def metis(self, block: int) -> np.ndarray:
         """The partition of every local node (the coarsen path)."""
         start = time.perf_counter()
-        cl, k = self.cluster()
+        cl, k = self.cluster(block)
         self.phases["coarsen"] = time.perf_counter() - start
         parts = self.coarse_parts(cl, k, block)
         start = time.perf_counter()

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from pyg_dist.rpc import health
 from pyg_dist.rpc.agreement import PeerFailedError
+from pyg_dist.store.memory import release_free_memory
 
 T = TypeVar("T")
 
@@ -102,6 +103,7 @@ class Comm:
             block = next(blocks, None)
             more = self.allreduce(np.array([block is not None], dtype=np.int64), what, "max")
             if not more[0]:
+                release_free_memory()  # the rounds' buffers, kept by the allocator
                 return
             yield block
 

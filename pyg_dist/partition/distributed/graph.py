@@ -76,6 +76,10 @@ class EdgeFiles:
                 yield src[lo:lo + block], dst[lo:lo + block], start + lo
 
 
+#: most slots (local nodes and ghosts) a rank may have for int32 neighbour lists
+MAX_INT32_SLOTS = 2**31 - 1
+
+
 @numba.njit(cache=True, nogil=True)
 def _fill(pairs: np.ndarray, lo: int, cursor: np.ndarray, buf: np.ndarray) -> None:
     for e in range(pairs.shape[0]):
@@ -102,7 +106,7 @@ class LocalGraph:
     Args:
         bounds: ``world + 1`` node id bounds of the homes.
         xadj: ``n + 1`` row pointers (in memory).
-        adj: neighbour slots (a memory map).
+        adj: neighbour slots (a memory map, int32 while the slots fit).
         ghosts: sorted global ids of the ghosts.
         serve: per rank, the local nodes that rank keeps as ghosts (its order).
     """
@@ -162,13 +166,15 @@ def _assemble_windows(paths: List[Path], windows: np.ndarray, scratch: Scratch
 
 def _slot_lists(lists_path: Path, size: int, lo: int, hi: int, block: int, scratch: Scratch
                 ) -> Tuple[np.ndarray, np.ndarray]:
-    """The sorted ghost ids and the neighbour lists over slots (a memory map), read from
-    the lists file ``block`` entries at a time; the file is removed."""
+    """The sorted ghost ids and the neighbour lists over slots (a memory map; int32
+    while the slots fit), read from the lists file ``block`` entries at a time; the
+    file is removed."""
     lists = np.memmap(lists_path, dtype=np.int64, mode="r", shape=(size,)) if size else \
         np.empty(0, dtype=np.int64)
     ghosts = distinct(piece[(piece < lo) | (piece >= hi)] for piece in
                       (np.asarray(lists[s:min(s + block, size)]) for s in range(0, size, block)))
-    adj = plain(scratch.array("adjacency", np.int64, (size,)))
+    dtype = np.int32 if hi - lo + ghosts.shape[0] <= MAX_INT32_SLOTS else np.int64
+    adj = plain(scratch.array("adjacency", dtype, (size,)))
     for s in range(0, size, block):
         _to_slots(np.asarray(lists[s:min(s + block, size)]), lo, hi, ghosts,
                   adj[s:min(s + block, size)])
@@ -221,5 +227,5 @@ def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scrat
     dest = home_of(ghosts, bounds)
     cuts = np.cumsum(np.bincount(dest, minlength=comm.world))[:-1]
     asked = comm.alltoallv(np.split(ghosts, cuts), "agreeing on ghost nodes")
-    serve = [a - lo for a in asked]
+    serve = [(a - lo).astype(adj.dtype) for a in asked]
     return LocalGraph(bounds, xadj, adj, ghosts, serve, comm.rank)
