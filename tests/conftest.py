@@ -1,4 +1,4 @@
-"""Shared fixtures: the real Cora graph (copied out of ../shared) and small synthetic graphs."""
+"""Shared fixtures: the real Cora graph (carried in ``tests/data``) and small synthetic graphs."""
 from __future__ import annotations
 
 import shutil
@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-SHARED_PLANETOID = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "planetoid"
+PLANETOID = Path(__file__).resolve().parent / "data" / "planetoid"
 
 
 @pytest.fixture(scope="session")
 def planetoid_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A writable copy of ``../shared/data/planetoid`` (never written in place)."""
-    if not (SHARED_PLANETOID / "Cora" / "raw").is_dir():
-        pytest.fail(f"the Cora test data is missing: {SHARED_PLANETOID}/Cora/raw")
+    """A writable copy of ``tests/data/planetoid`` (never written in place)."""
+    if not (PLANETOID / "Cora" / "raw").is_dir():
+        pytest.fail(f"the Cora test data is missing: {PLANETOID}/Cora/raw (see tests/data/README.md)")
     root = tmp_path_factory.mktemp("planetoid")
-    shutil.copytree(SHARED_PLANETOID / "Cora", root / "Cora")
+    shutil.copytree(PLANETOID / "Cora", root / "Cora")
     for path in root.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return root
