@@ -2,21 +2,28 @@
 
 Each reader takes one chunk, the unit of the chunked format that fits in memory, and
 returns a NumPy array (``.npy`` files as read-only memory maps, so a row range costs
-only its bytes). Every failure is a :class:`ChunkedFormatError` naming the file.
+only its bytes). Every failure is a :class:`ChunkedFormatError` naming the file; no
+message quotes a file's contents (the reasons NumPy and pyarrow give are dropped
+where they could). Each reader checks first that its file is a regular file.
 Parquet needs ``pyarrow`` (``pip install 'pyg_dist[parquet]'``).
 """
 from __future__ import annotations
 
+import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Tuple
 
 import numpy as np
 
-from pyg_dist.chunked.metadata import ChunkedFormatError
+from pyg_dist.chunked.errors import ChunkedFormatError
+from pyg_dist.chunked.paths import regular_file_size
 from pyg_dist.datasets.errors import MissingDependencyError
 
 PARQUET_HINT = "pip install 'pyg_dist[parquet]' (or pip install pyarrow)"
+#: the fewest bytes one edge takes in a text chunk: ``"0 0\n"``
+MIN_TEXT_BYTES_PER_EDGE = 4
 
 
 def pyarrow_modules() -> Tuple[Any, Any]:
@@ -30,27 +37,41 @@ def pyarrow_modules() -> Tuple[Any, Any]:
     return pyarrow, pq
 
 
-def check_file(path: Path) -> None:
-    """Raises :class:`ChunkedFormatError` if chunk file ``path`` is not a file."""
-    if not path.is_file():
-        raise ChunkedFormatError(f"chunk file {path} is missing (listed in metadata.json)")
+def check_file(path: Path) -> int:
+    """The size of chunk file ``path``; raises :class:`ChunkedFormatError` if it is
+    missing or not a regular file (checked with ``os.stat``: nothing is opened)."""
+    return regular_file_size(path)
+
+
+def max_text_edges(path: Path) -> int:
+    """The most edges text chunk ``path`` can hold, from its size (4 bytes per line at
+    least, the last line's newline optional)."""
+    return (check_file(path) + 1) // MIN_TEXT_BYTES_PER_EDGE
 
 
 # ---- .npy -------------------------------------------------------------------------------
 def npy_header(path: Path) -> Tuple[Tuple[int, ...], np.dtype]:
-    """Shape and dtype of a ``.npy`` file, read from its header only."""
-    check_file(path)
+    """Shape and dtype of a ``.npy`` file, read from its header only; the file must be
+    long enough for the array its header describes."""
+    size = check_file(path)
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
                 np.lib.format.read_array_header_2_0
             shape, _, dtype = read(f)
-    except (ValueError, OSError, SyntaxError, EOFError) as exc:
-        raise ChunkedFormatError(f"chunk file {path} is not a .npy file: {exc}") from None
+            offset = f.tell()
+    except (ValueError, OSError, SyntaxError, EOFError):  # their text quotes the bytes
+        raise ChunkedFormatError(f"chunk file {path} is not a .npy file (no valid .npy "
+                                 f"header)") from None
     if dtype.hasobject or dtype.names is not None:
         raise ChunkedFormatError(f"chunk file {path} holds {dtype} values; chunks must hold "
                                  f"plain numbers or booleans")
+    need = offset + math.prod(shape) * dtype.itemsize
+    if need > size:
+        raise ChunkedFormatError(f"chunk file {path} is {size} bytes, but its .npy header "
+                                 f"describes {dtype} values of shape {tuple(shape)} "
+                                 f"({need} bytes): truncated or forged")
     return tuple(shape), dtype
 
 
@@ -62,7 +83,8 @@ def open_npy(path: Path) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise ChunkedFormatError(f"chunk file {path} cannot be read as .npy: {exc}") from None
+        raise ChunkedFormatError(f"chunk file {path} cannot be read as .npy "
+                                 f"({type(exc).__name__})") from None
 
 
 # ---- text -------------------------------------------------------------------------------
@@ -73,10 +95,11 @@ def read_csv_ids(path: Path, delimiter: str) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
             ids = np.loadtxt(path, dtype=np.int64, delimiter=delimiter, ndmin=2)
-    except (ValueError, OSError) as exc:
-        reason = " ".join(str(exc).split())
+    except (ValueError, OSError) as exc:  # NumPy's text quotes the line: only its place
+        where = re.search(r"at row \d+(, column \d+)?", str(exc))
         raise ChunkedFormatError(f"edge chunk {path} is not two columns of integers "
-                                 f"separated by {delimiter!r}: {reason}") from None
+                                 f"separated by {delimiter!r}"
+                                 + (f" ({where.group(0)})" if where else "")) from None
     if ids.size == 0:
         return np.empty((0, 2), dtype=np.int64)
     if ids.shape[1] != 2:
@@ -120,7 +143,8 @@ def parquet_rows(path: Path) -> int:
     try:
         return int(pq.ParquetFile(path).metadata.num_rows)
     except Exception as exc:  # pyarrow raises several types; re-raised naming the file
-        raise ChunkedFormatError(f"chunk file {path} is not a parquet file: {exc}") from None
+        raise ChunkedFormatError(f"chunk file {path} is not a parquet file "
+                                 f"({type(exc).__name__})") from None
 
 
 def read_parquet(path: Path) -> np.ndarray:
@@ -133,7 +157,8 @@ def read_parquet(path: Path) -> np.ndarray:
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types; re-raised naming the file
-        raise ChunkedFormatError(f"chunk file {path} is not a parquet file: {exc}") from None
+        raise ChunkedFormatError(f"chunk file {path} is not a parquet file "
+                                 f"({type(exc).__name__})") from None
     if table.num_columns == 0:
         raise ChunkedFormatError(f"parquet chunk {path} has no columns")
     if any(table.column(i).null_count for i in range(table.num_columns)):
@@ -150,9 +175,9 @@ def read_parquet(path: Path) -> np.ndarray:
             flat = column.flatten().to_numpy(zero_copy_only=False)
             return flat.reshape(table.num_rows, -1)
         columns = [table.column(i).to_numpy() for i in range(table.num_columns)]
-    except (ValueError, TypeError, pa.ArrowException) as exc:
+    except (ValueError, TypeError, pa.ArrowException) as exc:  # their text may quote values
         raise ChunkedFormatError(f"parquet chunk {path} does not hold a numeric table "
-                                 f"without nulls: {exc}") from None
+                                 f"without nulls ({type(exc).__name__})") from None
     if any(c.dtype.hasobject for c in columns):
         raise ChunkedFormatError(f"parquet chunk {path} has non-numeric columns")
     return columns[0] if len(columns) == 1 else np.stack(columns, axis=1)

@@ -6,13 +6,14 @@ graphs that do not are read chunk by chunk with :class:`ChunkedGraph` instead.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, Optional, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.chunked.metadata import ChunkedFormatError
+from pyg_dist.chunked.errors import ChunkedFormatError
+from pyg_dist.chunked.limits import check_memory, in_memory_bytes
 from pyg_dist.chunked.reader import ChunkedGraph, EdgeTypeLike
 
 _RESERVED = ("edge_index", "num_nodes")
@@ -57,8 +58,22 @@ def _check_homo_names(graph: ChunkedGraph, nodes: Dict[str, Tensor],
                                  f"name (rename one)")
 
 
+def check_fits_in_memory(graph: ChunkedGraph, limit: Optional[int] = None) -> None:
+    """Raises :class:`~pyg_dist.chunked.errors.ChunkedTooLargeError` when assembling and
+    partitioning ``graph`` in memory would need more than ``limit`` bytes (default: the
+    memory available now), counted from ``metadata.json`` and the ``.npy`` headers."""
+    nodes = sum(graph.num_nodes(t) for t in graph.node_types)
+    edges = sum(graph.num_edges(t) for t in graph.edge_types)
+    need = in_memory_bytes(nodes, edges, graph.data_bytes())
+    check_memory(need, f"{graph.meta.source}: {nodes} nodes, {edges} edges and their data "
+                       f"assembled in memory", limit,
+                 "partition it out of core with --memory-budget SIZE")
+
+
 def to_data(graph: ChunkedGraph) -> Union[Data, HeteroData]:
-    """Assembles an opened :class:`ChunkedGraph` in memory (see :func:`read_chunked`)."""
+    """Assembles an opened :class:`ChunkedGraph` in memory (see :func:`read_chunked`);
+    checks first that it fits (:func:`check_fits_in_memory`)."""
+    check_fits_in_memory(graph)
     if not graph.is_hetero:
         nodes = _node_attrs(graph, graph.node_types[0])
         edges = _edge_attrs(graph, graph.edge_types[0]) if graph.edge_types else {}
@@ -85,7 +100,8 @@ def to_data(graph: ChunkedGraph) -> Union[Data, HeteroData]:
     return data
 
 
-def read_chunked(folder: Union[str, Path]) -> Union[Data, HeteroData]:
+def read_chunked(folder: Union[str, Path], allow_external_paths: bool = False
+                 ) -> Union[Data, HeteroData]:
     """Reads a whole chunked graph folder into one ``Data``/``HeteroData`` in memory.
 
     Only for graphs that fit in memory (tests, small graphs, ``pyg-dist-partition
@@ -96,9 +112,13 @@ def read_chunked(folder: Union[str, Path]) -> Union[Data, HeteroData]:
 
     Args:
         folder (str or Path): the folder holding ``metadata.json``.
+        allow_external_paths (bool): also read chunk files outside ``folder`` (see
+            :meth:`ChunkedGraph.open`).
 
     Raises:
-        ChunkedFormatError: a malformed or inconsistent folder (one line naming the file).
+        ChunkedFormatError: a malformed or inconsistent folder (one line naming the file);
+            :class:`~pyg_dist.chunked.errors.ChunkedTooLargeError` when its counts imply
+            more memory than is available.
         MissingDependencyError: parquet chunks without ``pyarrow``.
     """
-    return to_data(ChunkedGraph.open(folder))
+    return to_data(ChunkedGraph.open(folder, allow_external_paths))

@@ -15,17 +15,20 @@ many files ("chunks") that each fit in memory::
 
 Node ids are per node type, ``0..N-1`` over its chunks in order; edge chunk ``i`` of a
 type holds that type's edges ``[sum(counts[:i]), sum(counts[:i+1]))``. Relative paths
-are relative to the folder holding ``metadata.json``. Anything missing, mistyped or
-inconsistent raises :class:`ChunkedFormatError` naming the file.
+are relative to the folder holding ``metadata.json`` and must stay inside it unless
+``allow_external_paths`` is given (see :mod:`pyg_dist.chunked.paths`). Anything missing,
+mistyped or inconsistent raises :class:`ChunkedFormatError` naming the file.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
-from pyg_dist.datasets.errors import DatasetError
+from pyg_dist.chunked.errors import ChunkedFormatError
+from pyg_dist.chunked.paths import EXTERNAL_HINT, chunk_path, is_inside, regular_file_size
 from pyg_dist.partition.schema import Field, PartitionFormatError
 from pyg_dist.typing import EdgeType
 
@@ -33,10 +36,11 @@ METADATA_FILE = "metadata.json"
 FORMATS = ("csv", "numpy", "parquet")
 #: formats node/edge data chunks may use (they are read by row range, so no csv)
 DATA_FORMATS = ("numpy", "parquet")
+#: the largest ``metadata.json`` read (a listing of ~1M chunk files fits)
+MAX_METADATA_BYTES = 64 * 2**20
 
-
-class ChunkedFormatError(DatasetError):
-    """A chunked graph folder that cannot be used: one line naming the file."""
+__all__ = ["ChunkedFormatError", "ChunkedMeta", "ChunkFiles", "EdgeTypeSpec", "FileFormat",
+           "NodeTypeSpec", "METADATA_FILE", "FORMATS", "DATA_FORMATS", "parse_edge_type"]
 
 
 def parse_edge_type(name: str, source: str) -> EdgeType:
@@ -88,12 +92,16 @@ class ChunkFiles:
     files: Tuple[Path, ...]
 
     @classmethod
-    def from_json(cls, field: Field, root: Path, allowed: Tuple[str, ...]) -> "ChunkFiles":
+    def from_json(cls, field: Field, root: Path, allowed: Tuple[str, ...],
+                  allow_external: bool = False) -> "ChunkFiles":
+        """Parses a ``ChunkFileSpec``; paths stay inside ``root`` unless
+        ``allow_external`` (see :func:`~pyg_dist.chunked.paths.chunk_path`)."""
         fmt = FileFormat.from_json(field["format"], allowed)
         paths = field["data"].as_strs()
         if not paths:
             field["data"].fail("a non-empty list of file paths")
-        return cls(fmt, tuple(root / p for p in paths))
+        where = f"{field.source}: field {field.path}[\"data\"]"
+        return cls(fmt, tuple(chunk_path(root, p, where, allow_external) for p in paths))
 
 
 @dataclass(frozen=True)
@@ -146,31 +154,50 @@ class ChunkedMeta:
     source: Path
 
     @classmethod
-    def read(cls, folder: Union[str, Path]) -> "ChunkedMeta":
-        """Reads ``folder/metadata.json``; raises :class:`ChunkedFormatError`."""
+    def read(cls, folder: Union[str, Path], allow_external_paths: bool = False
+             ) -> "ChunkedMeta":
+        """Reads ``folder/metadata.json``; raises :class:`ChunkedFormatError`.
+
+        Args:
+            folder (str or Path): the folder holding ``metadata.json``.
+            allow_external_paths (bool): accept chunk paths that are absolute or resolve
+                outside ``folder`` (DGL's format allows them; off by default).
+        """
         folder = Path(folder)
         path = folder / METADATA_FILE
         if not folder.is_dir():
             raise ChunkedFormatError(f"chunked graph folder {folder} does not exist")
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ChunkedFormatError(f"{path} is missing: not a chunked graph folder "
                                      f"(write one with pyg-dist-chunk)")
+        if not allow_external_paths and not is_inside(path, folder):
+            raise ChunkedFormatError(f"{path} is a link to {os.path.realpath(path)}, outside "
+                                     f"{folder} ({EXTERNAL_HINT})")
+        size = regular_file_size(path, "metadata file", "")
+        if size > MAX_METADATA_BYTES:
+            raise ChunkedFormatError(f"{path} is {size} bytes, more than the "
+                                     f"{MAX_METADATA_BYTES} a metadata file may have")
         try:
-            obj = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ChunkedFormatError(f"{path} is not valid JSON: {exc}") from None
+            obj = json.loads(path.read_bytes())
+        except json.JSONDecodeError as exc:  # its msg is fixed text, never the file's
+            raise ChunkedFormatError(f"{path} is not valid JSON: {exc.msg} at line "
+                                     f"{exc.lineno} column {exc.colno}") from None
+        except UnicodeDecodeError:  # its text quotes the offending bytes
+            raise ChunkedFormatError(f"{path} is not UTF-8 text") from None
         try:
-            return cls.from_json(Field(obj, "", str(path)), folder)
+            return cls.from_json(Field(obj, "", str(path)), folder, allow_external_paths)
         except PartitionFormatError as exc:  # Field's errors name the file already
             raise ChunkedFormatError(str(exc)) from None
 
     @classmethod
-    def from_json(cls, doc: Field, root: Path) -> "ChunkedMeta":
+    def from_json(cls, doc: Field, root: Path, allow_external: bool = False
+                  ) -> "ChunkedMeta":
+        """Parses and checks a ``metadata.json`` document whose folder is ``root``."""
         name = doc.get("graph_name", "graph").as_str()
         node_types = _node_types(doc)
-        edge_types = _edge_types(doc, root, node_types)
-        node_data = _data(doc, "node_data", root, node_types)
-        edge_data = _data(doc, "edge_data", root, edge_types)
+        edge_types = _edge_types(doc, root, node_types, allow_external)
+        node_data = _data(doc, "node_data", root, node_types, allow_external)
+        edge_data = _data(doc, "edge_data", root, edge_types, allow_external)
         return cls(name, node_types, edge_types, node_data, edge_data, Path(doc.source))
 
 
@@ -195,8 +222,8 @@ def _node_types(doc: Field) -> Dict[str, NodeTypeSpec]:
     return {n: NodeTypeSpec(n, c) for n, c in zip(names, counts)}
 
 
-def _edge_types(doc: Field, root: Path, node_types: Dict[str, NodeTypeSpec]
-                ) -> Dict[str, EdgeTypeSpec]:
+def _edge_types(doc: Field, root: Path, node_types: Dict[str, NodeTypeSpec],
+                allow_external: bool) -> Dict[str, EdgeTypeSpec]:
     names = doc["edge_type"].as_strs()
     if len(set(names)) != len(names):
         doc["edge_type"].fail("a list of distinct edge types")
@@ -212,7 +239,7 @@ def _edge_types(doc: Field, root: Path, node_types: Dict[str, NodeTypeSpec]
                                          f"{node_type!r}, which is not in node_type")
         if name not in edges:
             doc["edges"].child(name, None).fail("present (one entry per edge_type)")
-        files = ChunkFiles.from_json(edges[name], root, FORMATS)
+        files = ChunkFiles.from_json(edges[name], root, FORMATS, allow_external)
         if per_chunk and len(count) != len(files.files):
             doc["edges"][name]["data"].fail(f"a list of {len(count)} files "
                                              f"(num_edges_per_chunk has {len(count)} chunks)")
@@ -224,7 +251,7 @@ def _edge_types(doc: Field, root: Path, node_types: Dict[str, NodeTypeSpec]
     return out
 
 
-def _data(doc: Field, key: str, root: Path, types: Dict[str, object]
+def _data(doc: Field, key: str, root: Path, types: Dict[str, object], allow_external: bool
           ) -> Dict[str, Dict[str, ChunkFiles]]:
     out: Dict[str, Dict[str, ChunkFiles]] = {}
     for type_name, arrays in doc.get(key, {}).as_dict().items():
@@ -232,6 +259,7 @@ def _data(doc: Field, key: str, root: Path, types: Dict[str, object]
             listed = "node_type" if key == "node_data" else "edge_type"
             raise ChunkedFormatError(f"{doc.source}: {key} names type {type_name!r}, which "
                                      f"is not in {listed}")
-        out[type_name] = {name: ChunkFiles.from_json(spec, root, DATA_FORMATS)
-                          for name, spec in arrays.as_dict().items()}
+        out[type_name] = {
+            name: ChunkFiles.from_json(spec, root, DATA_FORMATS, allow_external)
+            for name, spec in arrays.as_dict().items()}
     return out

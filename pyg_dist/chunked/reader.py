@@ -1,14 +1,17 @@
 """Streaming reader of a chunked graph folder (DGL's chunked graph format).
 
-:meth:`ChunkedGraph.open` parses ``metadata.json`` and checks every chunk file that
-can be checked cheaply (presence; ``.npy`` headers and parquet footers against the
-counts in ``metadata.json``) before anything is read. The iterators then read one
-chunk at a time and check what they read (rows per chunk, node ids within their
+:meth:`ChunkedGraph.open` parses ``metadata.json`` (chunk paths stay inside the folder
+unless ``allow_external_paths``) and checks every chunk file that can be checked
+cheaply before anything is read: each is a regular file; ``.npy`` headers against the
+file's size and the counts in ``metadata.json``; parquet footers against the counts;
+the edge counts of text chunks against the most lines their sizes can hold. The
+iterators then read one chunk at a time and check what they read (rows per chunk, node ids within their
 type's range), so nothing inconsistent is ever handed on and no step holds more than
 one chunk. Errors are :class:`ChunkedFormatError` in one line naming the file.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
@@ -18,8 +21,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.chunked import arrays
-from pyg_dist.chunked.metadata import (ChunkedFormatError, ChunkedMeta, ChunkFiles,
-                                       EdgeTypeSpec, NodeTypeSpec)
+from pyg_dist.chunked.errors import ChunkedFormatError
+from pyg_dist.chunked.metadata import ChunkedMeta, ChunkFiles, EdgeTypeSpec, NodeTypeSpec
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
 
 #: the canonical edge type string of a homogeneous graph (DGL's convention)
@@ -36,10 +39,13 @@ class DataArray:
         files (ChunkFiles): its chunks.
         offsets (np.ndarray): ``offsets[i]`` is the first row of chunk ``i``;
             ``offsets[-1]`` the number of rows.
+        row_bytes (int, optional): bytes per row, from the ``.npy`` headers (``None``
+            for parquet: known once read).
     """
     what: str
     files: ChunkFiles
     offsets: np.ndarray
+    row_bytes: Optional[int] = None
 
 
 def _rows(path: Path, fmt: str) -> Tuple[int, Optional[Tuple[Tuple[int, ...], np.dtype]]]:
@@ -68,11 +74,10 @@ def _tensor(array: np.ndarray, path: Path) -> Tensor:
 def _check_ids(ids: np.ndarray, column: int, bound: int, path: Path, node_type: str) -> None:
     values = ids[:, column]
     bad = np.flatnonzero((values < 0) | (values >= bound))
-    if bad.size:
+    if bad.size:  # the id itself is the file's content: not quoted
         end = "source" if column == 0 else "destination"
-        raise ChunkedFormatError(f"edge chunk {path}: row {int(bad[0])} has {end} id "
-                                 f"{int(values[bad[0]])}, outside [0, {bound}) of node type "
-                                 f"{node_type!r}")
+        raise ChunkedFormatError(f"edge chunk {path}: row {int(bad[0])} has a {end} id "
+                                 f"outside [0, {bound}) of node type {node_type!r}")
 
 
 class ChunkedGraph:
@@ -100,17 +105,23 @@ class ChunkedGraph:
             self._check_edge_files(spec)
 
     @classmethod
-    def open(cls, folder: Union[str, Path]) -> "ChunkedGraph":
+    def open(cls, folder: Union[str, Path], allow_external_paths: bool = False
+             ) -> "ChunkedGraph":
         """Reads ``folder/metadata.json`` and checks the chunk files it lists.
 
         Args:
             folder (str or Path): the folder holding ``metadata.json``.
+            allow_external_paths (bool): also read chunk files given by absolute paths or
+                paths resolving outside ``folder`` (DGL's format allows them; off by
+                default, so a folder from elsewhere cannot make this process read other
+                files).
 
         Raises:
-            ChunkedFormatError: malformed metadata, a missing or inconsistent chunk.
+            ChunkedFormatError: malformed metadata, a path leaving the folder, a chunk
+                that is missing, not a regular file, or inconsistent with the counts.
             MissingDependencyError: parquet chunks without ``pyarrow`` installed.
         """
-        return cls(ChunkedMeta.read(folder))
+        return cls(ChunkedMeta.read(folder, allow_external_paths))
 
     # ---- what the graph holds ---------------------------------------------------------
     @property
@@ -209,6 +220,12 @@ class ChunkedGraph:
         """Rows ``[start, stop)`` of edge data ``name`` (see :meth:`read_rows`)."""
         return self._read_range(self._edge_array(edge_type, name), start, stop)
 
+    def data_bytes(self) -> int:
+        """Bytes of every node and edge data array whose rows have a known size (``.npy``
+        chunks; parquet ones count 0 until read): what assembling them in memory holds."""
+        arrays_ = [*self._node_data.values(), *self._edge_data.values()]
+        return sum(int(a.offsets[-1]) * (a.row_bytes or 0) for a in arrays_)
+
     def validate(self) -> None:
         """Reads every edge chunk once (bounded memory), checking counts and id ranges;
         data chunks were checked by :meth:`open` (``.npy``) or are checked when read."""
@@ -273,10 +290,15 @@ class ChunkedGraph:
             raise ChunkedFormatError(f"{what} has {sum(rows)} rows in its chunks (last: "
                                      f"{files.files[-1]}), expected {expected} (one per "
                                      f"{kind} of type {type_name!r})")
-        return DataArray(what, files, np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
+        row_bytes = None if first is None else \
+            math.prod(first[0]) * first[1].itemsize
+        return DataArray(what, files, np.concatenate([[0], np.cumsum(rows)]).astype(np.int64),
+                         row_bytes)
 
     def _check_edge_files(self, spec: EdgeTypeSpec) -> None:
         fmt = spec.files.format.name
+        if fmt == "csv":
+            self._check_text_counts(spec)
         for i, path in enumerate(spec.files.files):
             arrays.check_file(path)
             if fmt == "csv":
@@ -294,6 +316,23 @@ class ChunkedGraph:
                 raise ChunkedFormatError(f"edge chunk {path} has {count} rows, but "
                                          f"num_edges_per_chunk of {spec.name} says "
                                          f"{spec.chunk_counts[i]}")
+
+    @staticmethod
+    def _check_text_counts(spec: EdgeTypeSpec) -> None:
+        """The edge counts of text chunks against the most lines their sizes allow, so a
+        forged count fails before anything is sized by it."""
+        most = [arrays.max_text_edges(path) for path in spec.files.files]
+        for i, count in enumerate(spec.chunk_counts or ()):
+            if count > most[i]:
+                raise ChunkedFormatError(
+                    f"edge chunk {spec.files.files[i]} can hold at most {most[i]} edges "
+                    f"(its size allows no more lines), but num_edges_per_chunk of "
+                    f"{spec.name} says {count}")
+        if spec.num_edges > sum(most):
+            raise ChunkedFormatError(
+                f"the edge chunks of {spec.name} can hold at most {sum(most)} edges (last: "
+                f"{spec.files.files[-1]}; their sizes allow no more lines), but "
+                f"metadata.json says {spec.num_edges}")
 
     @staticmethod
     def _edge_ids(path: Path, fmt: str, delimiter: str) -> np.ndarray:

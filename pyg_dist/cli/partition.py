@@ -15,6 +15,7 @@ from typing import List, Optional, Union
 
 from torch_geometric.data import Data, HeteroData
 
+from pyg_dist.chunked import ChunkedGraph, read_chunked
 from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.datasets.by_name import CHOICES, load_named
 from pyg_dist.datasets.errors import MissingDependencyError
@@ -56,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a chunked graph folder (DGL's chunked graph format: "
                              "metadata.json + chunks, as pyg-dist-chunk writes it); assembled "
                              "in memory unless --memory-budget is given")
+    p.add_argument("--allow-external-paths", action="store_true",
+                   help="with --input: also read chunk files that metadata.json lists by "
+                        "absolute path or by a path leading outside DIR (DGL's format allows "
+                        "them; refused by default, since a folder from elsewhere could name "
+                        "any file this process can read)")
     p.add_argument("--root", default=None,
                    help="the dataset folder, as the dataset's own loader takes it (Planetoid: "
                         "holding <Name>/raw/ind.*; PyG classes: holding raw/; OGB: holding "
@@ -92,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
     """The graph ``--dataset`` or ``--input`` names; raises :class:`UsageError` on bad input."""
     if getattr(args, "input", None) is not None:
-        return load_chunked_input(args.input)
+        return load_chunked_input(args.input, args.allow_external_paths)
     name = args.dataset
     if name.lower() == "synthetic":
         if args.hetero:
@@ -110,12 +116,12 @@ def load_dataset(args: argparse.Namespace) -> Union[Data, HeteroData]:
         raise UsageError(str(exc)) from exc
 
 
-def load_chunked_input(folder: str) -> Union[Data, HeteroData]:
-    """A chunked graph folder assembled in memory; raises :class:`UsageError`."""
-    from pyg_dist.chunked import read_chunked
-
+def load_chunked_input(folder: str, allow_external_paths: bool = False
+                       ) -> Union[Data, HeteroData]:
+    """A chunked graph folder assembled in memory (after checking that its counts fit the
+    memory available); raises :class:`UsageError`."""
     try:
-        return read_chunked(folder)
+        return read_chunked(folder, allow_external_paths)
     except (ValueError, MissingDependencyError) as exc:  # ChunkedFormatError included
         raise UsageError(str(exc)) from exc
 
@@ -170,6 +176,9 @@ def run(argv: Optional[List[str]] = None) -> int:
                          f"not '{args.method}'")
     if args.method == "kaminpar":
         check_kaminpar()
+    if args.allow_external_paths and args.input is None:
+        raise UsageError("--allow-external-paths applies to --input DIR (a chunked graph "
+                         "folder)")
     out = Path(args.out)
     if under_torchrun():  # every rank checks the output folder; they agree on it together
         return run_distributed(args, out)
@@ -210,10 +219,10 @@ def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
     layout = prepare_extras(args)
     start = time.perf_counter()
     try:
-        extras_type = chunked_labelled_type(args.input, args.pyg_extras_type) if layout \
-            else None
+        graph = ChunkedGraph.open(args.input, args.allow_external_paths)
+        extras_type = chunked_labelled_type(graph, args.pyg_extras_type) if layout else None
         budget = parse_size(args.memory_budget)
-        partitioner = OutOfCorePartitioner(args.input, args.num_parts, out, budget,
+        partitioner = OutOfCorePartitioner(graph, args.num_parts, out, budget,
                                            method=args.method, seed=args.seed,
                                            overwrite=args.overwrite, progress=not args.quiet,
                                            coarsen=args.coarsen)
@@ -246,12 +255,9 @@ def print_extras(out: Path, layout: ExtrasLayout, node_type: Optional[str],
           f"{', '.join(sorted(written.split_files)) or 'none'} in {layout.parent}")
 
 
-def chunked_labelled_type(folder: str, requested: Optional[str]) -> Optional[str]:
-    """The node type ``--pyg-extras`` describes, read from a chunked folder's node data
-    (``None`` for a homogeneous graph: its only type)."""
-    from pyg_dist.chunked import ChunkedGraph
-
-    graph = ChunkedGraph.open(folder)
+def chunked_labelled_type(graph: ChunkedGraph, requested: Optional[str]) -> Optional[str]:
+    """The node type ``--pyg-extras`` describes, read from an opened chunked folder's node
+    data (``None`` for a homogeneous graph: its only type)."""
     typed = [t for t in graph.node_types if "y" in graph.node_data_names(t)]
     chosen = choose_labelled_type(typed, graph.is_hetero, requested)
     return chosen if graph.is_hetero else None
@@ -307,7 +313,8 @@ def run_distributed(args: argparse.Namespace, out: Path) -> int:
         try:
             partitioner = DistPartitioner(args.input, args.num_parts, out, budget, comm=comm,
                                           method=args.method, seed=args.seed,
-                                          overwrite=args.overwrite, progress=not args.quiet)
+                                          overwrite=args.overwrite, progress=not args.quiet,
+                                          allow_external_paths=args.allow_external_paths)
         except (ValueError, MissingDependencyError) as exc:
             error = exc
         comm.check("opening the input", error)

@@ -20,7 +20,8 @@ CITES = np.array([[1, 0], [2, 0], [3, 1], [3, 2]])
 
 def _dgl_folder(root: Path, per_type: bool = False) -> Path:
     """MAG-like layout: csv edges with a space delimiter, npy node data chunked
-    independently of the node counts, an absolute path, an edge feature."""
+    independently of the node counts, an absolute path (read only with
+    ``allow_external_paths``), an edge feature."""
     (root / "edges").mkdir(parents=True)
     (root / "node_data").mkdir()
     (root / "edges" / "writes-part1.csv").write_text("0 0\n0 1\n1 2\n")
@@ -59,13 +60,16 @@ def _dgl_folder(root: Path, per_type: bool = False) -> Path:
 
 @pytest.mark.parametrize("per_type", [False, True])
 def test_hand_written_metadata_reads_correctly(tmp_path: Path, per_type: bool) -> None:
-    graph = ChunkedGraph.open(_dgl_folder(tmp_path / "g", per_type))
+    folder = _dgl_folder(tmp_path / "g", per_type)
+    with pytest.raises(ChunkedFormatError, match="writes-year.npy' is absolute"):
+        ChunkedGraph.open(folder)  # DGL allows absolute paths; pyg_dist only on request
+    graph = ChunkedGraph.open(folder, allow_external_paths=True)
     assert graph.meta.graph_name == "mag-like" and graph.is_hetero
     assert graph.num_nodes("author") == 3 and graph.num_nodes("paper") == 4
     assert [s.numel() for s, _ in graph.iter_edge_chunks("author:writes:paper")] == [3, 2]
     assert torch.equal(graph.read_rows("paper", "feat", 0, 3),
                        torch.arange(9, dtype=torch.float32).view(3, 3))
-    data = read_chunked(tmp_path / "g")
+    data = read_chunked(tmp_path / "g", allow_external_paths=True)
     assert isinstance(data, HeteroData)
     assert data.node_types == ["author", "paper"]
     assert data["author"].num_nodes == 3 and data["paper"].num_nodes == 4
@@ -81,15 +85,20 @@ def test_hand_written_metadata_reads_correctly(tmp_path: Path, per_type: bool) -
 def test_per_type_counts_are_checked_when_read(tmp_path: Path) -> None:
     folder = _dgl_folder(tmp_path / "g", per_type=True)
     (folder / "edges" / "writes-part2.csv").write_text("2 3\n")  # 4 edges, not 5
+    # the chunks' sizes already rule out 5 edges: refused at open, before any is read
+    with pytest.raises(ChunkedFormatError,
+                       match="hold (at most )?4 edges .*writes-part2.csv.* says 5"):
+        read_chunked(folder, allow_external_paths=True)
+    (folder / "edges" / "writes-part2.csv").write_text("2 3\n\n\n\n\n")  # room for 5 lines
     with pytest.raises(ChunkedFormatError, match="hold 4 edges .*writes-part2.csv.* says 5"):
-        read_chunked(folder)
+        read_chunked(folder, allow_external_paths=True)
 
 
 def test_hand_written_folder_partitions(tmp_path: Path) -> None:
     folder = _dgl_folder(tmp_path / "g")
     out = tmp_path / "parts"
     assert partition_main(["--input", str(folder), "--num-parts", "2", "--out", str(out),
-                           "--method", "random", "--quiet"]) == 0
+                           "--method", "random", "--quiet", "--allow-external-paths"]) == 0
     meta = json.loads((out / "META.json").read_text())
     assert meta["num_nodes"] == {"author": 3, "paper": 4}
     assert meta["num_edges"] == {"author__writes__paper": 5, "paper__cites__paper": 4}
@@ -112,7 +121,7 @@ def test_spark_style_parquet_edges_and_feature_columns(tmp_path: Path) -> None:
     meta["node_data"]["paper"]["feat"] = {"format": {"name": "parquet"},
                                           "data": ["feat.parquet"]}
     (folder / "metadata.json").write_text(json.dumps(meta))
-    data = read_chunked(folder)
+    data = read_chunked(folder, allow_external_paths=True)
     assert torch.equal(data["paper", "cites", "paper"].edge_index,
                        torch.from_numpy(CITES.T.copy()))
     assert torch.equal(data["paper"].feat,
@@ -132,4 +141,4 @@ def test_parquet_chunks_of_different_dtypes_are_refused(tmp_path: Path) -> None:
                                            "data": ["l0.parquet", "l1.parquet"]}
     (folder / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(ChunkedFormatError, match="l1.parquet holds rows of shape"):
-        read_chunked(folder)
+        read_chunked(folder, allow_external_paths=True)

@@ -50,6 +50,7 @@ from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import sorted_unique
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta
+from pyg_dist.partition.outofcore.budget import DIST_BYTES_PER_NODE
 from pyg_dist.partition.outofcore.csr import type_offsets
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc
 from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
@@ -100,18 +101,22 @@ class DistPartitioner:
         overwrite (bool): replace an existing non-empty ``root``.
         halo_attrs (Iterable[str]): node attributes also stored for halo nodes.
         progress (bool): report the steps on ``stderr`` (rank 0).
+        allow_external_paths (bool): read chunk files outside the input folder too (see
+            :meth:`~pyg_dist.chunked.ChunkedGraph.open`).
     """
 
     def __init__(self, input: Union[str, Path, ChunkedGraph], num_parts: int,
                  root: Union[str, Path], memory_budget: Union[int, str],
                  comm: Optional[Comm] = None, method: str = "metis", seed: int = 0,
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
-                 progress: bool = True) -> None:
+                 progress: bool = True, allow_external_paths: bool = False) -> None:
         self.comm = comm or Comm()
         if method not in ("metis", "random"):
             raise ValueError(f"unknown partition method '{method}' (multi-machine "
                              f"partitioning takes 'metis' or 'random')")
-        self.source, self.budget = open_source(input, num_parts, memory_budget)
+        self.source, self.budget = open_source(input, num_parts, memory_budget,
+                                               allow_external_paths, DIST_BYTES_PER_NODE,
+                                               self.comm.world)
         self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
         self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
         self.progress = progress and self.comm.rank == 0

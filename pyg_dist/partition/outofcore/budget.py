@@ -11,6 +11,11 @@ import re
 import resource
 from dataclasses import dataclass
 
+from pyg_dist.chunked.limits import format_size
+
+__all__ = ["MemoryBudget", "MemoryBudgetError", "parse_size", "format_size", "peak_rss_bytes",
+           "OUT_OF_CORE_BYTES_PER_NODE", "DIST_BYTES_PER_NODE"]
+
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20,
           "MIB": 2**20, "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40,
           "TIB": 2**40}
@@ -20,6 +25,12 @@ BYTES_PER_ORDERED_EDGE = 56
 #: bytes per edge of one edge chunk while it is read: the ids read (two int64) and its
 #: records (three int64)
 BYTES_PER_STREAMED_EDGE = 40
+#: what the out-of-core partitioner holds per node beyond its budget (README: "about 100
+#: bytes per node plus at most the budget")
+OUT_OF_CORE_BYTES_PER_NODE = 100
+#: what a rank of the multi-machine partitioner holds per node of its share beyond its
+#: budget (README: "about 170 bytes per node of a rank's share on top of the budget")
+DIST_BYTES_PER_NODE = 170
 
 
 class MemoryBudgetError(ValueError):
@@ -40,15 +51,6 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise ValueError(f"memory budget {text!r} must be positive")
     return value
-
-
-def format_size(num_bytes: float) -> str:
-    """Bytes as ``"1.5GB"`` (binary units, as :func:`parse_size` reads them)."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(num_bytes) < 1024:
-            return f"{num_bytes:.0f}{unit}" if unit == "B" else f"{num_bytes:.1f}{unit}"
-        num_bytes /= 1024
-    return f"{num_bytes:.1f}TB"
 
 
 def peak_rss_bytes() -> int:

@@ -15,8 +15,10 @@ from typing import Dict, Iterator, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
+from pyg_dist.chunked.limits import check_memory
 from pyg_dist.partition.meta import AttrSpec
-from pyg_dist.partition.outofcore.budget import MemoryBudget, parse_size
+from pyg_dist.partition.outofcore.budget import (OUT_OF_CORE_BYTES_PER_NODE, MemoryBudget,
+                                                 parse_size)
 from pyg_dist.partition.schema import DTYPES, dtype_name
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -120,17 +122,46 @@ def _spec(empty, what: str) -> AttrSpec:
     return AttrSpec(name, tuple(empty.shape[1:]))
 
 
-def open_source(input: Union[ChunkedGraph, str, Path], num_parts: object, memory_budget: object
+def check_node_memory(graph: ChunkedGraph, bytes_per_node: int, ranks: int = 1) -> None:
+    """Raises :class:`~pyg_dist.chunked.ChunkedTooLargeError` when the node-sized arrays
+    a streaming partitioner holds beyond its budget (``bytes_per_node`` for each node of
+    this rank's share of ``ranks``) exceed the memory available on this machine."""
+    total = sum(graph.num_nodes(t) for t in graph.node_types)
+    share = -(-total // max(ranks, 1))
+    what = f"{graph.meta.source}: {total} nodes" + (
+        f" ({share} per rank on {ranks} ranks)" if ranks > 1 else "")
+    check_memory(share * bytes_per_node, f"{what} at {bytes_per_node} bytes each beyond the "
+                 f"memory budget", hint="check the node counts in metadata.json, or "
+                 "partition on more machines under torchrun")
+
+
+def open_source(input: Union[ChunkedGraph, str, Path], num_parts: object, memory_budget: object,
+                allow_external_paths: bool = False,
+                bytes_per_node: int = OUT_OF_CORE_BYTES_PER_NODE, ranks: int = 1
                 ) -> Tuple[ChunkedSource, MemoryBudget]:
     """Opens a chunked graph and checks the options every streaming partitioner takes:
     ``num_parts`` in ``[1, nodes]``, a positive ``memory_budget`` (bytes or ``"4GB"``)
-    that holds the largest edge chunk while it is read.
+    that holds the largest edge chunk while it is read. Before anything is sized by the
+    counts, the node-sized arrays they imply must fit this machine
+    (:func:`check_node_memory`).
+
+    Args:
+        input (ChunkedGraph, str or Path): an opened graph or its folder.
+        num_parts (int): the number of partitions.
+        memory_budget (int or str): bytes (or ``"4GB"``) of the streaming steps.
+        allow_external_paths (bool): with a folder, read chunk files outside it too (see
+            :meth:`ChunkedGraph.open`).
+        bytes_per_node (int): what the partitioner holds per node beyond the budget.
+        ranks (int): the ranks sharing the nodes (multi-machine partitioning).
 
     Raises:
         ValueError: naming the option (:class:`~.budget.MemoryBudgetError` with the size
-            needed for a budget too small).
+            needed for a budget too small); :class:`~pyg_dist.chunked.ChunkedFormatError`
+            for a bad folder or counts implying more memory than the machine has.
     """
-    graph = input if isinstance(input, ChunkedGraph) else ChunkedGraph.open(input)
+    graph = input if isinstance(input, ChunkedGraph) else \
+        ChunkedGraph.open(input, allow_external_paths)
+    check_node_memory(graph, bytes_per_node, ranks)
     source = ChunkedSource.open(graph)
     if isinstance(num_parts, bool) or not isinstance(num_parts, int) or \
             not 1 <= num_parts <= source.total_nodes:

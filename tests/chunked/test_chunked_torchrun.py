@@ -1,0 +1,72 @@
+"""Multi-machine partitioning (``pyg-dist-partition`` under ``torchrun``) reads chunked
+folders with the same checks, and passes ``--allow-external-paths`` through."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from pyg_dist.chunked import write_chunked
+from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.testing import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+#: the canary's content; error messages that quote files show their first bytes, so the
+#: check is for its first six characters (no path or message holds them)
+CANARY = "QZJXWK-canary-content-never-print-me"
+LEAK = CANARY[:6]
+EDGES = "_N:_E:_N"
+
+
+def _torchrun(args: List[str], timeout: float) -> Tuple[int, str]:
+    """Two ranks of ``pyg-dist-partition`` under one ``torchrun``: exit code and output."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+           "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+           "--max-restarts=0", "-m", "pyg_dist.cli.partition", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PYG_DIST_RPC_TIMEOUT": "20"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout:.0f}s:\n{out[-8000:]}")
+    return proc.returncode, out
+
+
+def _list_edge_chunk(folder: Path, path: str) -> None:
+    meta = json.loads((folder / "metadata.json").read_text())
+    meta["edges"][EDGES]["data"][1] = path
+    (folder / "metadata.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_torchrun_refuses_a_path_out_and_allows_it_on_request(tmp_path: Path) -> None:
+    folder = tmp_path / "graph"
+    write_chunked(community_graph(200, 4.0, 3, 3, seed=0), folder, chunk_size=200)
+    rel = json.loads((folder / "metadata.json").read_text())["edges"][EDGES]["data"][1]
+    (tmp_path / "canary.npy").write_text(CANARY + "\n")
+    _list_edge_chunk(folder, "../canary.npy")
+    args = ["--input", str(folder), "--num-parts", "2", "--memory-budget", "4MB", "--quiet"]
+    code, out = _torchrun(args + ["--out", str(tmp_path / "refused")], 180)
+    assert code != 0 and LEAK not in out, out[-8000:]
+    errors = [line for line in out.splitlines() if "pyg-dist-partition: error:" in line]
+    assert len(errors) == 2 and all("leads outside" in line for line in errors), out[-8000:]
+    assert not (tmp_path / "refused").exists()
+
+    shutil.move(str(folder / rel), tmp_path / "outside.npy")  # a real chunk, listed absolutely
+    _list_edge_chunk(folder, str(tmp_path / "outside.npy"))
+    code, out = _torchrun(args + ["--out", str(tmp_path / "parts"), "--allow-external-paths"],
+                          180)
+    assert code == 0, out[-8000:]
+    assert (tmp_path / "parts" / "META.json").is_file()
