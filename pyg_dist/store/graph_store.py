@@ -96,6 +96,7 @@ class LocalGraphStore(GraphStore):
         #: original ids of every partition's nodes and edges (read on first use; a
         #: store built in memory has ids that were never relabelled)
         self.id_tables = PartitionIds(meta, None)
+        self._stored_original: Dict[EdgeType, bool] = {}
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int,
@@ -248,6 +249,9 @@ class LocalGraphStore(GraphStore):
         edge id per position)``; ``CSR`` gives ``(rowptr, col, edge id per position)``.
         Within a column (row) edges keep original edge id order."""
         layout = EdgeLayout(layout)
+        if layout == EdgeLayout.CSC and self._stored_is_original(edge_type):
+            csc = self.csc_by_type[edge_type]  # mapped as stored: no copy
+            return csc.indices, csc.indptr, self.id_tables.owned("edge", edge_type, self.part).ids
         src, dst, eid = self.original_coo(edge_type)
         if layout == EdgeLayout.COO:
             return src, dst, eid
@@ -257,6 +261,30 @@ class LocalGraphStore(GraphStore):
             return src[order], colptr, eid[order]
         src, order = torch.sort(src, stable=True)
         return _ptr(src, self.meta.num_nodes[edge_type[0]]), dst[order], eid[order]
+
+    def _stored_is_original(self, edge_type: EdgeType) -> bool:
+        """Whether the stored CSC already is the original-id CSC: the partition owns
+        every node of both end types, in original order (a one-partition folder), and
+        each column lists its edges in original edge id order. Checked once per type
+        (reads the id files; 1 byte per edge held while checking)."""
+        if edge_type not in self._stored_original:
+            self._stored_original[edge_type] = self._check_stored_original(edge_type)
+        return self._stored_original[edge_type]
+
+    def _check_stored_original(self, edge_type: EdgeType) -> bool:
+        for node_type in (edge_type[0], edge_type[2]):
+            ids = self.id_tables.owned("node", node_type, self.part).ids
+            if ids.numel() != self.meta.num_nodes[node_type] or \
+                    not torch.equal(ids, torch.arange(ids.numel())):
+                return False
+        csc = self.csc_by_type[edge_type]
+        eid = self.id_tables.owned("edge", edge_type, self.part).ids
+        if eid.numel() < 2:
+            return True
+        rising = eid[1:] > eid[:-1]
+        starts = csc.indptr[1:-1]
+        rising[starts[(starts > 0) & (starts < eid.numel())] - 1] = True  # column starts
+        return bool(rising.all())
 
     def coo(self, edge_types: Optional[List[Any]] = None, store: bool = False
             ) -> ConversionOutputType:

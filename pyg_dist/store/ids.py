@@ -81,12 +81,6 @@ class OwnedIds:
         """Relabelled ids of owned original ids (see :meth:`to_rows`)."""
         return self.to_rows(index, argument) + self.offset
 
-    def share_memory_(self) -> "OwnedIds":
-        """Builds the lookup table now, in shared memory (for worker processes)."""
-        for t in self._table():
-            t.share_memory_()
-        return self
-
 
 def check_ids(index: object, total: int, what: str, argument: str) -> Tensor:
     """``index`` as an int64 tensor of ids in ``[0, total)``, else a one-line error

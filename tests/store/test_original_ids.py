@@ -146,3 +146,21 @@ def test_pickled_graph_store_keeps_original_ids(hetero) -> None:
     before = gs.original_coo(et)
     clone = pickle.loads(pickle.dumps(gs))
     assert all(torch.equal(a, b) for a, b in zip(before, clone.original_coo(et)))
+
+
+def test_one_partition_csc_is_the_mapped_file(tmp_path: Path) -> None:
+    """A one-partition folder's stored CSC already is PyG's CSC in original ids: csc()
+    hands out the mapped tensors (no private copy of the graph), equal to ground truth."""
+    data = community_graph(300, avg_degree=4, feat_dim=2, num_classes=2, seed=5)
+    perm = torch.randperm(data.num_edges, generator=torch.Generator().manual_seed(0))
+    data.edge_index = data.edge_index[:, perm]
+    Partitioner(data, 1, tmp_path / "one", progress=False).generate()
+    gs = LocalGraphStore.from_partition(tmp_path / "one", 0)
+    row, colptr, perm = gs.csc()
+    stored = gs.csc_by_type[gs.meta.edge_types[0]]
+    assert row.data_ptr() == stored.indices.data_ptr()
+    assert colptr.data_ptr() == stored.indptr.data_ptr()
+    src, dst = data.edge_index
+    order = torch.sort(dst, stable=True).indices  # PyG's CSC: by destination, then edge id
+    assert torch.equal(perm, order) and torch.equal(row, src[order])
+    assert torch.equal(colptr[1:], torch.bincount(dst, minlength=300).cumsum(0))
