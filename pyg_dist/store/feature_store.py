@@ -41,8 +41,8 @@ class LocalFeatureStore(FeatureStore):
     the partition owns (``group_name`` is ``None`` for homogeneous graphs, a node type
     or an edge type otherwise), as PyG's loaders pass them, and raise a one-line error
     naming ``index`` for ids it does not own, out of range, or not integers. The lookup
-    is local: the partition's original ids sorted once (on first use, 16 bytes per owned
-    id). ``index=None`` returns (``put_tensor``: takes) every owned row, in the
+    is local (``searchsorted`` over the partition's mapped original ids; see
+    :class:`~pyg_dist.store.ids.OwnedIds`). ``index=None`` returns (``put_tensor``: takes) every owned row, in the
     partition's row order, aligned with :attr:`_global_id`. For a homogeneous graph,
     ``group_name=None`` also finds edge attributes (e.g. ``edge_attr``) when no node
     attribute has that name.

@@ -4,9 +4,10 @@ At the API boundary ids are the dataset's original ids; inside, partition ``p`` 
 relabelled range ``[offset, offset + n)``, and ``part_<p>/node_ids.pt`` / ``edge_ids.pt``
 hold the original id of every owned row, in row order (see
 :mod:`pyg_dist.partition.id_maps`). :class:`OwnedIds` translates between the two for
-owned ids only: it keeps that (mapped) tensor plus, built on first use, the owned ids
-sorted once and their row order (16 bytes per owned id, nothing per node of the graph),
-and looks ids up with ``searchsorted``.
+owned ids only, with ``searchsorted`` over that (mapped) tensor when its ids increase
+(node ids do: the partitioner keeps each partition's nodes in original order; nothing
+private is built), else over a copy sorted once on first use (16 bytes per owned id;
+edge ids, which are stored in CSC order). Nothing is sized by the whole graph.
 """
 from __future__ import annotations
 
@@ -40,17 +41,23 @@ class OwnedIds:
         self.total = total
         self.what = what
         self.part = part
-        self._sorted: Optional[Tuple[Tensor, Tensor]] = None
+        self._sorted: Optional[Tuple[Tensor, Optional[Tensor]]] = None
 
     @property
     def num_owned(self) -> int:
         return self.ids.numel()
 
-    def _table(self) -> Tuple[Tensor, Tensor]:
-        """``(sorted original ids, row of each)``, built once on first use."""
+    def _table(self) -> Tuple[Tensor, Optional[Tensor]]:
+        """``(sorted original ids, row of each)``, built once on first use. Ids already
+        increasing (pyg_dist's partitioner keeps each partition's nodes in original
+        order) are their own table: the mapped file, nothing private, row = position."""
         if self._sorted is None:
-            values, order = torch.sort(self.ids)
-            self._sorted = (values, order)
+            ids = self.ids
+            if ids.numel() < 2 or bool((ids[1:] > ids[:-1]).all()):
+                self._sorted = (ids, None)
+            else:
+                values, order = torch.sort(ids)
+                self._sorted = (values, order)
         return self._sorted
 
     def to_rows(self, index: object, argument: str = "index") -> Tensor:
@@ -75,7 +82,7 @@ class OwnedIds:
                              f"{self.what} that partition {self.part} does not own "
                              f"({int(missing.sum())} such id(s)); it owns {self.num_owned} "
                              f"of {self.total}")
-        return order[pos]
+        return pos if order is None else order[pos]
 
     def to_relabelled(self, index: object, argument: str = "index") -> Tensor:
         """Relabelled ids of owned original ids (see :meth:`to_rows`)."""
