@@ -42,10 +42,10 @@ class LocalFeatureStore(FeatureStore):
     or an edge type otherwise), as PyG's loaders pass them, and raise a one-line error
     naming ``index`` for ids it does not own, out of range, or not integers. The lookup
     is local (``searchsorted`` over the partition's mapped original ids; see
-    :class:`~pyg_dist.store.ids.OwnedIds`). ``index=None`` returns (``put_tensor``: takes) every owned row, in the
-    partition's row order, aligned with :attr:`_global_id`. For a homogeneous graph,
-    ``group_name=None`` also finds edge attributes (e.g. ``edge_attr``) when no node
-    attribute has that name.
+    :class:`~pyg_dist.store.ids.OwnedIds`). ``index=None`` returns (``put_tensor``:
+    takes) every owned row, in the partition's row order, aligned with
+    :attr:`_global_id`. For a homogeneous graph, ``group_name=None`` also finds edge
+    attributes (e.g. ``edge_attr``) when no node attribute has that name.
 
     pyg_dist's own sampler reads rows by relabelled (internal range) id through
     :meth:`gather`; :attr:`id_tables` translates between the two spaces.

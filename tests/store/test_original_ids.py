@@ -128,12 +128,13 @@ def test_graph_store_pyg_layouts_are_original(which: str, request) -> None:
             e = perm[attr.edge_type]
             mine = torch.isin(dst, owned[et[2]]).nonzero().view(-1)
             assert torch.equal(e.sort().values, mine)  # every in-edge of an owned node
-            col = torch.repeat_interleave(torch.arange(num_nodes[et[2]]), colptr[attr.edge_type].diff())
+            ptr = colptr[attr.edge_type]
+            col = torch.repeat_interleave(torch.arange(num_nodes[et[2]]), ptr.diff())
             assert torch.equal(row[attr.edge_type], src[e]) and torch.equal(col, dst[e])
             s, d = gs.get_edge_index(attr.edge_type, "coo")
             assert torch.equal(s, src[mine]) and torch.equal(d, dst[mine])
             c_row, c_ptr = gs.get_edge_index(attr.edge_type, "csc")
-            assert torch.equal(c_row, row[attr.edge_type]) and torch.equal(c_ptr, colptr[attr.edge_type])
+            assert torch.equal(c_row, row[attr.edge_type]) and torch.equal(c_ptr, ptr)
             r_ptr, r_col, r_perm = gs.original_layout(et, "csr")
             assert torch.equal(src[r_perm], torch.repeat_interleave(
                 torch.arange(num_nodes[et[0]]), r_ptr.diff())) and torch.equal(dst[r_perm], r_col)
