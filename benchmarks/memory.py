@@ -119,7 +119,7 @@ def trainer_job(root: str, mmap: bool, batches: int) -> Dict[str, Any]:
             sampler.group.loop.run(sampler.fetcher.fetch(sub.node, sub.edge, unique=False))
         seconds = time.perf_counter() - start
         touched = sum(float(t.float().sum()) for t in [data[0].get_tensor(None, "x")]
-                      + [c.indices for c in data[1].csc.values()])
+                      + [c.indices for c in data[1].csc_by_type.values()])
         if ctx.is_distributed:
             dist.barrier()
         mem = process_memory()

@@ -47,7 +47,7 @@ def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabel
         edge_type, index = edge_label_index
     resolved = graph.meta.edge_type(edge_type)
     if index is None:
-        src, dst = graph.csc[resolved].coo()
+        src, dst = graph.csc_by_type[resolved].coo()
         index = torch.stack([src, dst])
     index = as_id_tensor(index, "edge_label_index")
     if index.dim() != 2 or index.size(0) != 2 or index.dtype not in (torch.long, torch.int32):

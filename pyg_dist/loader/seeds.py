@@ -89,8 +89,8 @@ def edge_split(data: Stores, ctx: Optional[DistContext] = None,
     graph = data[1]
     ctx = ctx or DistContext.from_env()
     edge_type = graph.meta.edge_type(edge_type)
-    src, dst = graph.csc[edge_type].coo()
-    local = torch.stack([src, dst, graph.csc[edge_type].edge_ids()])
+    src, dst = graph.csc_by_type[edge_type].coo()
+    local = torch.stack([src, dst, graph.csc_by_type[edge_type].edge_ids()])
     out = _split(local, ctx, graph.num_parts, force_even)
     return (out[:2], out[2]) if return_eids else out[:2]
 

@@ -101,7 +101,7 @@ def halo_counts(graph: Any, node_type: NodeType) -> Tuple[Tensor, Tensor]:
     if halo.numel() == 0:
         return halo, counts
     book = graph.node_book(node_type)
-    for edge_type, csc in graph.csc.items():
+    for edge_type, csc in graph.csc_by_type.items():
         if edge_type[0] != node_type:
             continue
         src = csc.indices

@@ -38,7 +38,7 @@ class LinkInputs:
 
 def has_edges(sampler_local, edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
     """Which ``(src, dst)`` pairs are edges; ``dst`` must be owned by this partition."""
-    csc = sampler_local.graph.csc[edge_type]
+    csc = sampler_local.graph.csc_by_type[edge_type]
     col = sampler_local.graph.node_book(edge_type[2]).to_local(sampler_local.graph.part, dst)
     start, deg = csc.indptr[col], csc.indptr[col + 1] - csc.indptr[col]
     query = torch.repeat_interleave(torch.arange(col.numel()), deg)

@@ -61,7 +61,7 @@ class LocalSampler:
             ``(counts, nbrs, eids)``: neighbours per seed, their global ids and the
             global ids of the sampled edges.
         """
-        csc = self.graph.csc[edge_type]
+        csc = self.graph.csc_by_type[edge_type]
         local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)
         weights = self.edge_weight(edge_type, weight_attr) if weight_attr else None
         edge_time = self.edge_time(edge_type, time_attr) if time_attr else None
@@ -119,7 +119,7 @@ class LocalSampler:
         if not self.features.has(src_type, attr):
             raise KeyError(f"time_attr '{attr}' is neither an edge attribute of "
                            f"{edge_key(edge_type)} nor a node attribute of '{src_type}'")
-        src = self.graph.csc[edge_type].indices
+        src = self.graph.csc_by_type[edge_type].indices
         book = self.graph.node_book(src_type)
         owned = book.owns(self.graph.part, src)
         out = torch.empty(src.numel(), dtype=torch.long)

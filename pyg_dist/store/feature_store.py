@@ -12,6 +12,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_dist.partition import io, validate
 from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.store.ids import OwnedIds, PartitionIds
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
@@ -33,13 +34,21 @@ class StoreAttr(TensorAttr):
 
 
 class LocalFeatureStore(FeatureStore):
-    """Attributes of the nodes and edges one partition owns, indexed by **global id**.
+    """Attributes of the nodes and edges one partition owns, as a PyG ``FeatureStore``.
 
-    ``get_tensor(group_name, attr_name, index)`` takes global ids the partition owns
-    (``group_name`` is ``None`` for homogeneous graphs, a node type or an edge type
-    otherwise) and raises :class:`ValueError` for ids it does not own. ``index=None``
-    returns every owned row. For a homogeneous graph, ``group_name=None`` also finds
-    edge attributes (e.g. ``edge_attr``) when no node attribute has that name.
+    ``get_tensor(group_name, attr_name, index)``, ``multi_get_tensor`` and
+    ``put_tensor(..., index=...)`` take the dataset's **original** ids of nodes (edges)
+    the partition owns (``group_name`` is ``None`` for homogeneous graphs, a node type
+    or an edge type otherwise), as PyG's loaders pass them, and raise a one-line error
+    naming ``index`` for ids it does not own, out of range, or not integers. The lookup
+    is local (``searchsorted`` over the partition's mapped original ids; see
+    :class:`~pyg_dist.store.ids.OwnedIds`). ``index=None`` returns (``put_tensor``:
+    takes) every owned row, in the partition's row order, aligned with
+    :attr:`_global_id`. For a homogeneous graph, ``group_name=None`` also finds edge
+    attributes (e.g. ``edge_attr``) when no node attribute has that name.
+
+    pyg_dist's own sampler reads rows by relabelled (internal range) id through
+    :meth:`gather`; :attr:`id_tables` translates between the two spaces.
 
     Args:
         meta (PartitionMeta): the description of the whole partitioned graph.
@@ -71,6 +80,9 @@ class LocalFeatureStore(FeatureStore):
         #: ``(group, attribute)`` still exactly as mapped from the files (never written)
         self.from_file: Set[Tuple[Group, str]] = set()
         self._sealed: Optional[str] = None
+        #: original ids of the owned nodes and edges (read on first use; a store built
+        #: in memory has ids that were never relabelled)
+        self.id_tables = PartitionIds(meta, None)
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int,
@@ -104,6 +116,7 @@ class LocalFeatureStore(FeatureStore):
         splits = validate.check_splits(io.load_pt(folder / io.SPLITS_FILE, "split file"),
                                        meta, pid, folder / io.SPLITS_FILE)
         store = cls(meta, pid, nodes, edges, splits)
+        store.id_tables = PartitionIds(meta, str(Path(root).absolute()))
         if mmap:
             source.check_unchanged()  # the files mapped are the ones identified
             store.source = source
@@ -168,14 +181,29 @@ class LocalFeatureStore(FeatureStore):
         return attrs[attr_name]
 
     def gather(self, group: Group, attr_name: str, ids: Tensor) -> Tensor:
-        """Rows of owned global ``ids`` (the fast path used by samplers and loaders)."""
-        return self.tensor(group, attr_name).index_select(0, self._rows(group, ids))
+        """Rows of owned **relabelled** ``ids`` (the internal range ids; the fast path
+        used by pyg_dist's samplers and loaders). PyG's ``get_tensor`` takes original
+        ids instead."""
+        return self.tensor(group, attr_name).index_select(0, self._local_rows(group, ids))
 
-    def _rows(self, group: Group, ids: Tensor) -> Tensor:
+    def _local_rows(self, group: Group, ids: Tensor) -> Tensor:
+        """Rows of owned relabelled ids."""
         ids = torch.as_tensor(ids)
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
         return self._books[group].to_local(self.part, ids.long())
+
+    def owned_ids(self, group: Group) -> OwnedIds:
+        """The original ids of the owned rows of a resolved group, with their lookup."""
+        kind = "edge" if isinstance(group, tuple) else "node"
+        return self.id_tables.owned(kind, group, self.part)
+
+    def _original_rows(self, group: Group, index: Any) -> Tensor:
+        """Rows of owned original ids given as a PyG ``index`` (tensor or slice)."""
+        owned = self.owned_ids(group)
+        if isinstance(index, slice):
+            index = torch.arange(owned.total)[index]
+        return owned.to_rows(index, "index")
 
     # ---- FeatureStore interface ----------------------------------------------------
     def seal(self, reason: str) -> None:
@@ -199,7 +227,7 @@ class LocalFeatureStore(FeatureStore):
             attrs[attr.attr_name] = tensor
             self.from_file.discard((group, attr.attr_name))
             return True
-        rows = self._rows(group, attr.index)
+        rows = self._original_rows(group, attr.index)
         if attr.attr_name not in attrs:
             raise KeyError(f"cannot write rows of unknown attribute '{attr.attr_name}' of "
                            f"{_group_str(group)}; put the whole tensor first (index=None)")
@@ -213,9 +241,9 @@ class LocalFeatureStore(FeatureStore):
             return None
         if attr.index is None:
             return self._tensors[group][attr.attr_name]
-        if isinstance(attr.index, slice):
-            return self._tensors[group][attr.attr_name][attr.index]
-        return self.gather(group, attr.attr_name, attr.index)
+        rows = self._original_rows(group, attr.index)
+        return self._tensors[group][attr.attr_name].index_select(0, rows.reshape(-1)) \
+            .reshape(*rows.shape, *self._tensors[group][attr.attr_name].shape[1:])
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._check_writable(attr)
@@ -269,15 +297,11 @@ class LocalFeatureStore(FeatureStore):
 
     @property
     def _global_id(self) -> Dict[Optional[NodeType], Tensor]:
-        """Owned global node ids by node type (``None`` for a homogeneous graph), as
-        ``torch_geometric.distributed``'s store exposes them."""
-        out: Dict[Optional[NodeType], Tensor] = {}
-        for node_type in self.meta.node_types:
-            book = self._books[node_type]
-            start = book.start(self.part)
-            out[node_type if self.meta.is_hetero else None] = torch.arange(
-                start, start + book.size(self.part))
-        return out
+        """Original ids of the owned nodes by node type (``None`` for a homogeneous
+        graph), row-aligned with the stored tensors, as ``torch_geometric.distributed``'s
+        store exposes them."""
+        return {(t if self.meta.is_hetero else None): self.owned_ids(t).ids
+                for t in self.meta.node_types}
 
     @property
     def _feat(self) -> Dict[Tuple[Optional[Group], str], Tensor]:

@@ -3,18 +3,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import EdgeAttr, GraphStore
-from torch_geometric.data.graph_store import EdgeLayout
-from torch_geometric.typing import EdgeTensorType
+from torch_geometric.data.graph_store import ConversionOutputType, EdgeLayout
+from torch_geometric.typing import EdgeTensorType, OptTensor
 
 from pyg_dist.partition import io
 from pyg_dist.partition.book import RangeBook
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.partition.validate import check_graph
+from pyg_dist.store.ids import PartitionIds
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_type_of
 
@@ -55,22 +56,36 @@ class LocalGraphStore(GraphStore):
     Sources owned by other partitions are this partition's *halo* nodes. Memory is
     O(partition + halo): the only whole-graph state is the partition book.
 
+    Two views of the same edges:
+
+    * PyG's ``GraphStore`` interface (``get_edge_index``, ``csc()``, ``coo()``,
+      ``csr()``, ``get_all_edge_attrs``) speaks the dataset's **original** node and
+      edge ids, as PyG's loaders expect: ``csc()`` returns ``(row, colptr, perm)`` over
+      original node ids with ``perm`` holding the original edge id of every CSC
+      position, so PyG's ``NeighborLoader`` over ``(feature_store, graph_store)`` of a
+      one-partition folder gives the batches it gives over the original data.
+      Homogeneous graphs report edge type ``None``, as PyG's remote backends do.
+    * :attr:`csc_by_type` holds the stored CSC per edge type in **relabelled** ids
+      (the partition's internal range ids), for pyg_dist's own sampler.
+
     Args:
         meta (PartitionMeta): the description of the whole partitioned graph.
         part (int): the partition this store holds.
-        csc (Dict[EdgeType, CSC]): the stored edges per edge type.
+        csc_by_type (Dict[EdgeType, CSC]): the stored edges per edge type, in
+            relabelled ids.
         halo (Dict[NodeType, Tensor]): sorted global ids of halo nodes per type.
         halo_attrs (Dict[NodeType, Dict[str, Tensor]]): node attributes (e.g. ``time``)
             of those halo nodes, row-aligned with ``halo``.
     """
 
-    def __init__(self, meta: PartitionMeta, part: int, csc: Dict[EdgeType, CSC],
+    def __init__(self, meta: PartitionMeta, part: int, csc_by_type: Dict[EdgeType, CSC],
                  halo: Optional[Dict[NodeType, Tensor]] = None,
                  halo_attrs: Optional[Dict[NodeType, Dict[str, Tensor]]] = None) -> None:
         super().__init__()
         self.meta = meta
         self.part = part
-        self.csc = csc
+        #: the stored in-edges per edge type, in relabelled ids (internal view)
+        self.csc_by_type = csc_by_type
         self.halo = halo or {}
         self.halo_attrs = halo_attrs or {}
         self._extra: Dict[Tuple[EdgeType, EdgeLayout], EdgeTensorType] = {}
@@ -78,6 +93,10 @@ class LocalGraphStore(GraphStore):
         self._edge_books = {t: meta.edge_book(t) for t in meta.edge_types}
         #: the mapped ``graph.pt`` (``None``: tensors held in this process's memory)
         self.source: Optional[PartitionSource] = None
+        #: original ids of every partition's nodes and edges (read on first use; a
+        #: store built in memory has ids that were never relabelled)
+        self.id_tables = PartitionIds(meta, None)
+        self._stored_original: Dict[EdgeType, bool] = {}
 
     @classmethod
     def from_partition(cls, root: Union[str, Path], pid: int,
@@ -103,6 +122,7 @@ class LocalGraphStore(GraphStore):
         path = io.check_part(root, meta, pid) / io.GRAPH_FILE
         source = PartitionSource(str(Path(root).absolute()), pid, (FileId.of(path),))
         store = cls._open(meta, pid, path, mmap, deep=not mmap)
+        store.id_tables = PartitionIds(meta, str(Path(root).absolute()))
         if mmap:
             source.check_unchanged()  # the file mapped is the one identified
             store.source = source
@@ -111,7 +131,7 @@ class LocalGraphStore(GraphStore):
 
     def _advise(self) -> None:
         """Neighbour lists are read at random (see :func:`advise_rows`)."""
-        advise_rows(t for csc in self.csc.values() for t in (csc.indptr, csc.indices))
+        advise_rows(t for csc in self.csc_by_type.values() for t in (csc.indptr, csc.indices))
 
     @classmethod
     def _open(cls, meta: PartitionMeta, pid: int, path: Path, mmap: bool,
@@ -132,7 +152,7 @@ class LocalGraphStore(GraphStore):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         if self.source is not None:
-            state.update(csc=None, halo=None, halo_attrs=None)
+            state.update(csc_by_type=None, halo=None, halo_attrs=None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -141,7 +161,8 @@ class LocalGraphStore(GraphStore):
             self.source.check_unchanged()
             path = Path(self.source.files[0].path)
             mapped = self._open(self.meta, self.part, path, mmap=True, deep=False)
-            self.csc, self.halo, self.halo_attrs = mapped.csc, mapped.halo, mapped.halo_attrs
+            self.csc_by_type = mapped.csc_by_type
+            self.halo, self.halo_attrs = mapped.halo, mapped.halo_attrs
             self._advise()
 
     # ---- partition books -------------------------------------------------------
@@ -166,56 +187,167 @@ class LocalGraphStore(GraphStore):
         book = self.node_book(node_type)
         return torch.arange(book.start(self.part), book.start(self.part) + book.size(self.part))
 
-    # ---- GraphStore interface --------------------------------------------------
+    # ---- GraphStore interface (original ids) ---------------------------------------
+    def _pyg_type(self, edge_type: EdgeType) -> Optional[EdgeType]:
+        """The edge type as PyG names it (``None`` for a homogeneous graph)."""
+        return edge_type if self.is_hetero else None
+
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
-        attrs = [EdgeAttr(et, EdgeLayout.CSC, True,
-                          (self.meta.num_nodes[et[0]], self.csc[et].num_dst))
+        """The partition's edge types, each in CSC layout over original node ids (size:
+        all nodes of the source and destination types), then edges put by the user."""
+        attrs = [EdgeAttr(self._pyg_type(et), EdgeLayout.CSC, True,
+                          (self.meta.num_nodes[et[0]], self.meta.num_nodes[et[2]]))
                  for et in self.meta.edge_types]
-        attrs += [EdgeAttr(et, layout) for (et, layout) in self._extra]
+        attrs += [EdgeAttr(self._pyg_type(et), layout) for (et, layout) in self._extra]
         return attrs
 
     def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
         key = (edge_type_of(edge_attr.edge_type), EdgeLayout(edge_attr.layout))
-        if key[0] in self.csc:
+        if key[0] in self.csc_by_type:
             raise ValueError(f"edge type {key[0]} is part of the partition and read-only")
         self._extra[key] = edge_index
         return True
 
     def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[EdgeTensorType]:
-        """Stored edges with global ids.
+        """Stored edges in original ids.
 
-        ``CSC`` gives ``(row, colptr)`` where ``row`` holds global source ids and
-        column ``j`` is global destination ``node_offsets[part] + j``; ``COO`` gives
-        global ``(src, dst)``. Both list edges in global edge id order.
+        ``COO`` gives original ``(src, dst)`` ordered by original edge id; ``CSC`` gives
+        ``(row, colptr)``: ``colptr`` over every original destination id of the type,
+        each column's sources in original edge id order; ``CSR`` likewise by source.
+        The original edge id of each position is in the third output of :meth:`coo`,
+        :meth:`csc`, :meth:`csr`.
         """
         edge_type = edge_type_of(edge_attr.edge_type)
         layout = EdgeLayout(edge_attr.layout)
         if (edge_type, layout) in self._extra:
             return self._extra[(edge_type, layout)]
-        if edge_type not in self.csc:
+        if edge_type not in self.csc_by_type:
             return None
-        csc = self.csc[edge_type]
-        if layout == EdgeLayout.CSC:
-            return csc.indices, csc.indptr
-        if layout == EdgeLayout.COO:
-            return csc.coo()
-        raise NotImplementedError("LocalGraphStore stores in-edges (CSC); a CSR view of a "
-                                  "partition would need the out-edges of halo nodes")
+        first, second, _ = self.original_layout(edge_type, layout)
+        return first, second
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
         key = (edge_type_of(edge_attr.edge_type), EdgeLayout(edge_attr.layout))
         return self._extra.pop(key, None) is not None
 
+    def original_coo(self, edge_type: Optional[EdgeType] = None) -> Tuple[Tensor, Tensor, Tensor]:
+        """Original ``(src, dst, edge id)`` of every stored edge of ``edge_type``,
+        ordered by original edge id (O(stored edges) memory, built per call)."""
+        edge_type = self.meta.edge_type(edge_type)
+        csc = self.csc_by_type[edge_type]
+        src, dst = csc.coo()
+        eid = self.id_tables.owned("edge", edge_type, self.part).ids
+        eid, order = torch.sort(torch.as_tensor(eid))
+        src = self.id_tables.to_original("node", edge_type[0], src[order])
+        dst = self.id_tables.to_original("node", edge_type[2], dst[order])
+        return src, dst, eid
+
+    def original_layout(self, edge_type: EdgeType, layout: Union[EdgeLayout, str]
+                        ) -> Tuple[Tensor, Tensor, Tensor]:
+        """The stored edges of ``edge_type`` in original ids, in PyG's conversion output
+        form: ``COO`` gives ``(src, dst, edge id)``; ``CSC`` gives ``(row, colptr,
+        edge id per position)``; ``CSR`` gives ``(rowptr, col, edge id per position)``.
+        Within a column (row) edges keep original edge id order."""
+        layout = EdgeLayout(layout)
+        if layout == EdgeLayout.CSC and self._stored_is_original(edge_type):
+            csc = self.csc_by_type[edge_type]  # mapped as stored: no copy
+            return csc.indices, csc.indptr, self.id_tables.owned("edge", edge_type, self.part).ids
+        src, dst, eid = self.original_coo(edge_type)
+        if layout == EdgeLayout.COO:
+            return src, dst, eid
+        if layout == EdgeLayout.CSC:
+            dst, order = torch.sort(dst, stable=True)
+            colptr = _ptr(dst, self.meta.num_nodes[edge_type[2]])
+            return src[order], colptr, eid[order]
+        src, order = torch.sort(src, stable=True)
+        return _ptr(src, self.meta.num_nodes[edge_type[0]]), dst[order], eid[order]
+
+    def _stored_is_original(self, edge_type: EdgeType) -> bool:
+        """Whether the stored CSC already is the original-id CSC: the partition owns
+        every node of both end types, in original order (a one-partition folder), and
+        each column lists its edges in original edge id order. Checked once per type
+        (reads the id files; 1 byte per edge held while checking)."""
+        if edge_type not in self._stored_original:
+            self._stored_original[edge_type] = self._check_stored_original(edge_type)
+        return self._stored_original[edge_type]
+
+    def _check_stored_original(self, edge_type: EdgeType) -> bool:
+        for node_type in (edge_type[0], edge_type[2]):
+            ids = self.id_tables.owned("node", node_type, self.part).ids
+            if ids.numel() != self.meta.num_nodes[node_type] or \
+                    not torch.equal(ids, torch.arange(ids.numel())):
+                return False
+        csc = self.csc_by_type[edge_type]
+        eid = self.id_tables.owned("edge", edge_type, self.part).ids
+        if eid.numel() < 2:
+            return True
+        rising = eid[1:] > eid[:-1]
+        starts = csc.indptr[1:-1]
+        rising[starts[(starts > 0) & (starts < eid.numel())] - 1] = True  # column starts
+        return bool(rising.all())
+
+    def coo(self, edge_types: Optional[List[Any]] = None, store: bool = False
+            ) -> ConversionOutputType:
+        """PyG's :meth:`GraphStore.coo`, in original ids, with the original edge id of
+        each position as the permutation."""
+        return self._convert(EdgeLayout.COO, edge_types, store)
+
+    def csc(self, edge_types: Optional[List[Any]] = None, store: bool = False
+            ) -> ConversionOutputType:
+        """PyG's :meth:`GraphStore.csc` (what PyG's ``NeighborSampler`` reads), in
+        original ids, with the original edge id of each position as the permutation."""
+        return self._convert(EdgeLayout.CSC, edge_types, store)
+
+    def csr(self, edge_types: Optional[List[Any]] = None, store: bool = False
+            ) -> ConversionOutputType:
+        """PyG's :meth:`GraphStore.csr`, in original ids, with the original edge id of
+        each position as the permutation."""
+        return self._convert(EdgeLayout.CSR, edge_types, store)
+
+    def _convert(self, layout: EdgeLayout, edge_types: Optional[List[Any]],
+                 store: bool) -> ConversionOutputType:
+        """One conversion for every edge type. Partition edge types are computed views
+        (``store=True`` caches nothing for them); edges put by the user convert as PyG
+        converts them."""
+        attrs: Dict[Optional[EdgeType], EdgeAttr] = {}
+        for attr in self.get_all_edge_attrs():
+            attrs.setdefault(attr.edge_type, attr)
+        if edge_types is not None and self.is_hetero:
+            wanted = [edge_type_of(t) for t in edge_types]
+            for edge_type in wanted:
+                if edge_type not in attrs:
+                    raise ValueError(f"edge_types: the 'edge_index' of type {edge_type} "
+                                     f"was not found in the graph store")
+            attrs = {k: v for k, v in attrs.items() if k in wanted}
+        out: Dict[Optional[EdgeType], Tuple[Tensor, Tensor, OptTensor]] = {}
+        for key, attr in attrs.items():
+            edge_type = edge_type_of(key)
+            if edge_type in self.csc_by_type:
+                out[key] = self.original_layout(edge_type, layout)
+            else:
+                out[key] = self._edge_to_layout(attr, layout, store)
+        if not self.is_hetero:
+            return out[None]
+        return ({k: v[0] for k, v in out.items()}, {k: v[1] for k, v in out.items()},
+                {k: v[2] for k, v in out.items()})
+
     def share_memory_(self) -> "LocalGraphStore":
         """Moves the stored tensors to shared memory (for sampler worker processes); a
         mapped store's tensors are shared already (workers map the same file)."""
         if self.source is None:
-            for csc in self.csc.values():
+            for csc in self.csc_by_type.values():
                 csc.indptr.share_memory_()
                 csc.indices.share_memory_()
         return self
 
     def __repr__(self) -> str:
-        edges = sum(c.num_edges for c in self.csc.values())
+        edges = sum(c.num_edges for c in self.csc_by_type.values())
         return (f"LocalGraphStore(part={self.part}/{self.num_parts}, "
-                f"edge_types={len(self.csc)}, edges={edges})")
+                f"edge_types={len(self.csc_by_type)}, edges={edges})")
+
+
+def _ptr(sorted_index: Tensor, size: int) -> Tensor:
+    """Compressed pointer (length ``size + 1``) of a sorted index vector."""
+    ptr = torch.zeros(size + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(sorted_index, minlength=size), 0, out=ptr[1:])
+    return ptr

@@ -182,12 +182,12 @@ def check_converted(src: PygFolder, out: Path, labels: bool = True) -> None:
             owned = gs.owned_nodes(group)
             old = node_map[t][owned]
             assert bool((src.assignment[t][old] == p).all()), (t, p)  # PyG's assignment
-            x = fs.get_tensor(group, "x", owned)
+            x = fs.gather(t, "x", owned)  # relabelled ids
             assert torch.equal(x, orig.x[old]) and torch.equal(x[:, 0], old.float())
             if "time" in orig:
-                assert torch.equal(fs.get_tensor(group, "time", owned), orig.time[old])
+                assert torch.equal(fs.gather(t, "time", owned), orig.time[old])
             if labels and t == src.label_type:
-                assert torch.equal(fs.get_tensor(group, "y", owned), orig.y[old])
+                assert torch.equal(fs.gather(t, "y", owned), orig.y[old])
         if labels and t == src.label_type:
             for split, mask in src.masks.items():
                 ids = torch.cat([fs.split_ids(split, group) for _, fs in stores])
@@ -197,13 +197,13 @@ def check_converted(src: PygFolder, out: Path, labels: bool = True) -> None:
         group = et if hetero else None
         seen = []
         for gs, fs in stores:
-            s, d = gs.get_edge_index(group, "coo")
-            eids = gs.csc[et].edge_ids()
-            attr = fs.get_tensor(group, "edge_attr", eids)
+            s, d = gs.csc_by_type[et].coo()  # relabelled ids
+            eids = gs.csc_by_type[et].edge_ids()
+            attr = fs.gather(et, "edge_attr", eids)
             old = attr[:, 0].long()  # the original edge id
             assert torch.equal(attr, orig.edge_attr[old])
             if "edge_time" in orig:
-                assert torch.equal(fs.get_tensor(group, "edge_time", eids), orig.edge_time[old])
+                assert torch.equal(fs.gather(et, "edge_time", eids), orig.edge_time[old])
             assert torch.equal(node_map[et[0]][s], orig.edge_index[0, old])
             assert torch.equal(node_map[et[2]][d], orig.edge_index[1, old])
             seen.append(old)

@@ -124,13 +124,17 @@ def test_feature_store_rejects_ids_it_does_not_own(cora_parts: Path) -> None:
     gs = LocalGraphStore.from_partition(cora_parts, 0)
     first_foreign = gs.node_book().start(1)
     with pytest.raises(ValueError, match="does not own"):
-        fs.get_tensor(None, "x", torch.tensor([0, first_foreign]))
+        fs.gather("_N", "x", torch.tensor([0, first_foreign]))  # relabelled ids
+    foreign = LocalFeatureStore.from_partition(cora_parts, 1)._global_id[None][:1]
+    with pytest.raises(ValueError, match="index holds original id .* does not own"):
+        fs.get_tensor(None, "x", foreign)
     with pytest.raises(KeyError, match="no attribute 'nope'|unknown"):
         fs.tensor("_N", "nope")
-    rows = fs.get_tensor(None, "x", torch.tensor([1, 0]))
+    ids = fs._global_id[None][[1, 0]]  # original ids of rows 1 and 0
+    rows = fs.get_tensor(None, "x", ids)
     assert torch.equal(rows, fs.get_tensor(None, "x", None)[[1, 0]])
-    fs.put_tensor(torch.ones(2, rows.size(1)), None, "x", torch.tensor([0, 1]))
-    assert bool((fs.get_tensor(None, "x", torch.tensor([0, 1])) == 1).all())
+    fs.put_tensor(torch.ones(2, rows.size(1)), None, "x", ids)
+    assert bool((fs.get_tensor(None, "x", ids) == 1).all())
 
 
 def test_crash_leaves_no_half_written_folder(cora, tmp_path: Path, monkeypatch) -> None:

@@ -37,14 +37,14 @@ def check_roundtrip(tables: GraphTables, root: Path, num_parts: int) -> int:
     for et, index in tables.edge_index.items():
         src, dst, eid = [], [], []
         for p, (gs, fs) in enumerate(stores):
-            s, d = gs.get_edge_index(et if tables.is_hetero else None, "coo")
-            csc = gs.csc[et]
+            csc = gs.csc_by_type[et]
+            s, d = csc.coo()  # relabelled ids
             assert bool(gs.edge_book(et if tables.is_hetero else None).owns(p, csc.edge_ids()).all())
             assert bool(gs.node_book(et[2] if tables.is_hetero else None).owns(p, d).all())
             cut += int((~gs.node_book(et[0] if tables.is_hetero else None).owns(p, s)).sum())
             src.append(s), dst.append(d), eid.append(csc.edge_ids())
             for name, value in tables.edge_attrs[et].items():
-                assert torch.equal(fs.get_tensor(et, name, csc.edge_ids()),
+                assert torch.equal(fs.gather(et, name, csc.edge_ids()),
                                    value[edge_map[et][csc.edge_ids()]])
         src, dst, eid = torch.cat(src), torch.cat(dst), torch.cat(eid)
         # every edge id appears once and maps to the original edge with the same endpoints
@@ -57,7 +57,7 @@ def check_roundtrip(tables: GraphTables, root: Path, num_parts: int) -> int:
         owned = torch.cat([gs.owned_nodes(group) for gs, _ in stores])
         assert torch.equal(owned, torch.arange(tables.num_nodes[t]))  # each owned once
         for name, value in attrs.items():
-            got = torch.cat([fs.get_tensor(group, name, gs.owned_nodes(group))
+            got = torch.cat([fs.gather(t, name, gs.owned_nodes(group))
                              for gs, fs in stores])
             assert torch.equal(got, value[node_map[t]]), name
         for split, mask in tables.masks(t).items():
@@ -142,7 +142,7 @@ def test_memory_is_per_partition(cora, tmp_path: Path) -> None:
     gs = LocalGraphStore.from_partition(tmp_path, 2)
     fs = LocalFeatureStore.from_partition(tmp_path, 2)
     owned = gs.node_book().size(2)
-    assert gs.csc[gs.meta.edge_types[0]].indptr.numel() == owned + 1
+    assert gs.csc_by_type[gs.meta.edge_types[0]].indptr.numel() == owned + 1
     for attr in fs.get_all_tensor_attrs():
         assert fs.get_tensor(attr).size(0) == owned
 

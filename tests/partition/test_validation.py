@@ -224,7 +224,7 @@ def test_non_contiguous_tensors_are_made_contiguous(homo_parts: Path, tmp_path: 
     fs = LocalFeatureStore.from_partition(root, 0)
     gs = LocalGraphStore.from_partition(root, 0)
     good = LocalFeatureStore.from_partition(homo_parts, 0)
-    assert fs.tensor("_N", "x").is_contiguous() and gs.csc[HOMO_EDGE].indptr.is_contiguous()
+    assert fs.tensor("_N", "x").is_contiguous() and gs.csc_by_type[HOMO_EDGE].indptr.is_contiguous()
     assert torch.equal(fs.tensor("_N", "x"), good.tensor("_N", "x"))
 
 

@@ -109,7 +109,7 @@ def main() -> None:
     graphs = [load_parted(tmp / "hetero", 2), _homo(tmp / "homo")]
     narrow = load_parted(tmp / "hetero", 2)  # the same graph with int32 indices
     for sampler in narrow.samplers:
-        for csc in sampler.graph.csc.values():
+        for csc in sampler.graph.csc_by_type.values():
             csc.indices = csc.indices.to(torch.int32)
     graphs.append(narrow)
     start = time.perf_counter()

@@ -63,9 +63,9 @@ def test_mapped_and_private_stores_are_identical(which: str, request) -> None:
         feats = [LocalFeatureStore.from_partition(root, pid, mmap=m) for m in (True, False)]
         assert graphs[0].source is not None and graphs[1].source is None
         assert feats[0].source is not None and feats[1].source is None
-        for et, csc in graphs[1].csc.items():
-            assert torch.equal(graphs[0].csc[et].indptr, csc.indptr)
-            assert torch.equal(graphs[0].csc[et].indices, csc.indices)
+        for et, csc in graphs[1].csc_by_type.items():
+            assert torch.equal(graphs[0].csc_by_type[et].indptr, csc.indptr)
+            assert torch.equal(graphs[0].csc_by_type[et].indices, csc.indices)
         for t in graphs[1].halo:
             assert torch.equal(graphs[0].halo[t], graphs[1].halo[t])
         assert feats[0].schema() == feats[1].schema()
@@ -77,7 +77,7 @@ def test_mapped_and_private_stores_are_identical(which: str, request) -> None:
 def test_put_is_private_and_files_never_change(parts: Path) -> None:
     before = _digest(io.part_dir(parts, 0))
     store = LocalFeatureStore.from_partition(parts, 0)
-    ids = store.book(store.meta.node_types[0]).start(0) + torch.arange(3)
+    ids = store._global_id[None][:3]  # original ids of three owned nodes
     original = store.get_tensor(None, "x", ids).clone()
     store.put_tensor(torch.full((3, 16), 7.0), group_name=None, attr_name="x", index=ids)
     assert bool((store.get_tensor(None, "x", ids) == 7.0).all())
@@ -98,8 +98,8 @@ def test_pickled_mapped_store_maps_the_file_again(parts: Path) -> None:
     f2, g2 = pickle.loads(wire_f), pickle.loads(wire_g)
     for attr in feats.get_all_tensor_attrs():
         assert torch.equal(f2.get_tensor(attr), feats.get_tensor(attr))
-    for et, csc in graph.csc.items():
-        assert torch.equal(g2.csc[et].indices, csc.indices)
+    for et, csc in graph.csc_by_type.items():
+        assert torch.equal(g2.csc_by_type[et].indices, csc.indices)
 
 
 def test_truncated_mapped_file_is_named_at_open(parts: Path, tmp_path: Path) -> None:
