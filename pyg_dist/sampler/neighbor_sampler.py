@@ -75,7 +75,8 @@ class DistNeighborSampler(BaseSampler):
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr)
         self.group, self.local = serving_group(current_ctx, features, graph)
-        self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype)
+        self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
+                                      original_ids=True)
         if feature_cache:
             self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
