@@ -39,6 +39,11 @@ Output = Union[SamplerOutput, HeteroSamplerOutput]
 class DistNeighborSampler(BaseSampler):
     """Samples multi-hop neighbourhoods of seeds spread over all partitions.
 
+    The sampler works in pyg_dist's **relabelled** ids (seeds in, ``SampledSubgraph``
+    out); the loaders translate the user's original ids at construction and return
+    original ids in batches (:mod:`pyg_dist.sampler.ids`). Its fetcher reads every
+    sampled node's and edge's original id with its rows (``original_ids=True``).
+
     Args:
         data: ``(feature_store, graph_store)`` of this rank's partition.
         num_neighbors: fan-out per hop (a list for every edge type, or a dict by
