@@ -26,6 +26,17 @@ from pyg_dist.testing.pyg_prep import write_pyg_link_files, write_pyg_node_files
 RATES = ("user", "rates", "movie")
 
 
+class GNN(torch.nn.Module):
+    """A homogeneous model, as PyG's hetero examples write it before ``to_hetero``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = SAGEConv((-1, -1), 3)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv(x, edge_index)
+
+
 def _movies(seed: int = 0) -> HeteroData:
     gen = torch.Generator().manual_seed(seed)
     users, movies, edges = 80, 50, 700
@@ -62,7 +73,7 @@ def _hetero_style(parts: str, out: str, ctx: DistContext, graph_data: HeteroData
             assert torch.equal(batch[t].n_id, batch[t].nid)
         assert torch.equal(paper.y[:n], graph_data["paper"].y[paper.n_id[:n]])
         if model is None:  # PyG's to_hetero over the batch's metadata
-            model = to_hetero(SAGEConv((-1, -1), 3), batch.metadata(), aggr="sum")
+            model = to_hetero(GNN(), batch.metadata(), aggr="sum")
         out_ = model(batch.x_dict, batch.edge_index_dict)["paper"][:n]
         out_.sum().backward()
         checked += n

@@ -207,7 +207,7 @@ def _truth(data, parts: int, direct: str, tmp_path) -> None:
     total = num_nodes["paper" if hetero else HOMO_NODE]
     ids = [torch.randperm(total, generator=gen)[:6] for _ in range(parts)]  # any owner
     out = run_ranks(_truth_job, parts, str(tmp_path), {"type": node_type, "ids": ids}, -1,
-                    timeout=200, extra_env={"PYG_DIST_DIRECT_READS": direct})
+                    timeout=280, extra_env={"PYG_DIST_DIRECT_READS": direct})
     for rank, got in enumerate(out):
         assert bool(got["direct"]) == (direct == "1")
         seed_type = node_type or HOMO_NODE
@@ -224,14 +224,14 @@ def _truth(data, parts: int, direct: str, tmp_path) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("parts,direct", [(2, "1"), (3, "0")])
 def test_homo_batches_hold_ground_truth_original_ids(cora, parts, direct, tmp_path):
     _truth(encode_ids(cora), parts, direct, tmp_path)
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("parts,direct", [(2, "0"), (3, "1")])
 def test_hetero_batches_hold_ground_truth_original_ids(hetero_graph, parts, direct, tmp_path):
     _truth(encode_ids(hetero_graph), parts, direct, tmp_path)
