@@ -11,7 +11,7 @@ folder ``<dir>/<name>-partitions``::
 (for a heterogeneous graph, of one node type, e.g. ``paper``). :class:`PygExtras` reads
 them into labels and boolean ``<split>_mask`` attributes of the original graph, so the
 converted partitions carry the splits. Writing them back beside one of our partition
-folders, in our relabelled ids, is
+folders, in the same original ids, is
 :func:`pyg_dist.datasets.pyg_extras.write_pyg_extras` (shared with
 ``pyg-dist-partition --pyg-extras``); the paths are its
 :class:`~pyg_dist.datasets.pyg_extras.ExtrasLayout`.

@@ -6,10 +6,11 @@ PyG's distributed examples expect, beside the partition folder ``ROOT/<name>-par
 * ``ROOT/<name>-<split>-partitions/partition<i>.pt`` (``split`` = ``train``, ``val``,
   ``test``): a 1-D tensor of the node ids the script on partition ``i`` uses.
 
-:func:`write_pyg_extras` writes them from a finished pyg_dist partition folder, **in
-pyg_dist's id space** (node ids are relabelled; ``OUT/part_<p>/node_ids.pt`` maps new id ->
-original id): ``label.pt`` is ``y`` ordered by new global id, and ``partition<i>.pt``
-holds the new global ids of the split's nodes that partition ``i`` owns. Both are read
+:func:`write_pyg_extras` writes them from a finished pyg_dist partition folder, **in the
+dataset's original ids**, as PyG writes them and as pyg_dist's API reads them
+(``OUT/part_<p>/node_ids.pt`` maps relabelled id -> original id): ``label.pt`` is ``y``
+ordered by original node id, and ``partition<i>.pt`` holds the original ids of the
+split's nodes that partition ``i`` owns. Both are read
 partition by partition from ``node_feats.pt`` (memory-mapped) and ``splits.pt``; every
 file is written atomically. For heterogeneous graphs the files describe the node type
 that carries ``y`` (``paper`` in ``ogbn-mag``).
@@ -27,6 +28,7 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.datasets.errors import DatasetError
 from pyg_dist.partition import io, validate
+from pyg_dist.partition.id_maps import read_part_ids
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.typing import HOMO_NODE, NodeType
 
@@ -167,11 +169,15 @@ def write_pyg_extras(root: Union[str, Path], layout: ExtrasLayout,
         raise DatasetError(f"node type {node_type!r} is not in {root} "
                            f"(node types: {list(meta.node_types)})")
     labels: List[Tensor] = []
+    originals: List[Tensor] = []
     per_part: List[Dict[str, Tensor]] = []
     for part in range(meta.num_parts):
         y, splits = _part_tensors(root, meta, part, node_type)
+        ids = read_part_ids(root, meta, part)[node_type]
+        start = meta.node_offsets[node_type][part]
         labels.append(y)
-        per_part.append(splits)
+        originals.append(ids)
+        per_part.append({s: ids[v - start] for s, v in splits.items()})
     summary = ExtrasSummary(layout.label_file)
     empty = torch.empty(0, dtype=torch.long)
     for split in sorted({s for splits in per_part for s in splits}):
@@ -181,7 +187,8 @@ def write_pyg_extras(root: Union[str, Path], layout: ExtrasLayout,
         _remove_stale(layout.split_dir(split), meta.num_parts)
         summary.split_files[split] = [layout.split_file(split, p)
                                       for p in range(meta.num_parts)]
-    label = torch.cat(labels)
+    label = torch.empty_like(torch.cat(labels))
+    label[torch.cat(originals)] = torch.cat(labels)  # dataset order
     layout.label_file.parent.mkdir(parents=True, exist_ok=True)
     io.save_pt(label.view(-1) if label.dim() == 2 and label.size(1) == 1 else label,
                layout.label_file)

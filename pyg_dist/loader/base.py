@@ -34,6 +34,7 @@ from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.cache import CacheStats
+from pyg_dist.sampler.ids import PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.sampler import wire
 from pyg_dist.sampler.serving import partitioning
@@ -113,6 +114,7 @@ class DistLoader:
                  **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
         self.ctx = _context(current_ctx)
+        self._ids: Optional[PartIds] = None
         sampling = dict(num_neighbors=num_neighbors, replace=replace,
                         subgraph_type=subgraph_type, disjoint=disjoint,
                         temporal_strategy=temporal_strategy, time_attr=time_attr,
@@ -132,6 +134,7 @@ class DistLoader:
         self.spec = ProducerSpec({**sampling, **options},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
         counts = self._agree(seeds, config, num_workers, even_batches, own, error)
+        self._translate(self.ids)  # collective; the same error on every rank
         self.sampler = DistNeighborSampler(data, current_ctx=self.ctx, **self.spec.sampler_kwargs)
         group = self.sampler.group
         self.number, group.loaders = group.loaders, group.loaders + 1
@@ -183,7 +186,18 @@ class DistLoader:
                 f"evaluation)")
         return counts
 
+    @property
+    def ids(self) -> PartIds:
+        """The original ids of this rank's partition (:mod:`pyg_dist.sampler.ids`)."""
+        if self._ids is None:
+            self._ids = PartIds.of_stores(self.features, self.graph)
+        return self._ids
+
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
+        raise NotImplementedError
+
+    def _translate(self, table: PartIds) -> None:
+        """Translates the seeds' original ids to relabelled ids (collective)."""
         raise NotImplementedError
 
     def _inputs(self, positions: Tensor) -> Any:

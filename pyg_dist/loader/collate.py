@@ -2,7 +2,8 @@
 
 Batches carry the same fields as ``torch_geometric.loader.NeighborLoader`` /
 ``LinkNeighborLoader`` batches: node and edge attributes, ``edge_index``,
-``n_id``, ``e_id``, ``input_id``, ``batch_size``, ``num_sampled_nodes``,
+``n_id``, ``e_id`` (original ids; the relabelled ones as ``part_n_id``/``part_e_id``),
+``input_id``, ``batch_size``, ``num_sampled_nodes``,
 ``num_sampled_edges``, ``batch`` (disjoint), ``seed_time``, and for links
 ``edge_label_index``/``edge_label``/``edge_label_time`` or
 ``src_index``/``dst_pos_index``/``dst_neg_index``.
@@ -12,22 +13,39 @@ its one node type and one edge type, made into a ``Data`` at the end.
 """
 from __future__ import annotations
 
-from typing import Union
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Union
 
 import torch
+from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.sampler.types import (FeatureResponse, LinkSeeds, NodeSeeds, SampledBatch,
                                     SampledSubgraph)
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 
 Batch = Union[Data, HeteroData]
 
 
-def collate(batch: SampledBatch, feats: FeatureResponse, meta: PartitionMeta) -> Batch:
-    """The PyG batch of a sampled subgraph, its features and its seeds."""
-    data = _subgraph(batch.subgraph, feats, meta)
+@dataclass
+class OriginalIds:
+    """Original ids of the sampled nodes and edges, row-aligned with the subgraph's.
+
+    Args:
+        nodes: per node type, the original id of every sampled node.
+        edges: per edge type, the original id of every sampled edge.
+    """
+    nodes: Dict[NodeType, Tensor] = field(default_factory=dict)
+    edges: Dict[EdgeType, Tensor] = field(default_factory=dict)
+
+
+def collate(batch: SampledBatch, feats: FeatureResponse, meta: PartitionMeta,
+            original: Optional[OriginalIds] = None) -> Batch:
+    """The PyG batch of a sampled subgraph, its features and its seeds. ``n_id``/``e_id``
+    are ``original``'s ids (``None``: the relabelled ids, for internal use);
+    ``part_n_id``/``part_e_id`` are always the relabelled ids."""
+    data = _subgraph(batch.subgraph, feats, meta, original)
     if isinstance(batch.seeds, NodeSeeds):
         _node_seeds(data, batch.seeds)
     else:
@@ -35,11 +53,14 @@ def collate(batch: SampledBatch, feats: FeatureResponse, meta: PartitionMeta) ->
     return data if meta.is_hetero else _as_data(data)
 
 
-def _subgraph(sub: SampledSubgraph, feats: FeatureResponse, meta: PartitionMeta) -> HeteroData:
+def _subgraph(sub: SampledSubgraph, feats: FeatureResponse, meta: PartitionMeta,
+              original: Optional[OriginalIds]) -> HeteroData:
     data = HeteroData()
+    empty = torch.empty(0, dtype=torch.long)
     for node_type in meta.node_types:
         store = data[node_type]
-        store.n_id = sub.node.get(node_type, torch.empty(0, dtype=torch.long))
+        store.part_n_id = sub.node.get(node_type, empty)
+        store.n_id = original.nodes.get(node_type, empty) if original else store.part_n_id
         store.num_nodes = int(store.n_id.numel())
         for attr, value in feats.nodes.get(node_type, {}).items():
             store[attr] = value
@@ -50,7 +71,8 @@ def _subgraph(sub: SampledSubgraph, feats: FeatureResponse, meta: PartitionMeta)
     for edge_type in meta.edge_types:
         store = data[edge_type]
         store.edge_index = torch.stack([sub.row[edge_type], sub.col[edge_type]])
-        store.e_id = sub.edge[edge_type]
+        store.part_e_id = sub.edge[edge_type]
+        store.e_id = original.edges.get(edge_type, empty) if original else store.part_e_id
         store.num_sampled_edges = sub.num_sampled_edges[edge_type]
         for attr, value in feats.edges.get(edge_type, {}).items():
             store[attr] = value

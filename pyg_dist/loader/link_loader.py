@@ -8,7 +8,10 @@ from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
+from pyg_dist.loader.ids import to_relabelled
 from pyg_dist.loader.node_loader import as_id_tensor
+from pyg_dist.loader.seeds import stored_edges
+from pyg_dist.sampler.ids import PartIds, check_ids
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import EdgeType
@@ -34,10 +37,11 @@ def _is_edge_type(value: Any) -> bool:
 
 
 def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabelIndex
-                             ) -> Tuple[Optional[EdgeType], Tensor]:
-    """``(edge type or None, [2, E] global ids)`` from PyG-style ``edge_label_index``:
-    ``[2, E]`` ids (tensor or nested lists), an edge type, ``(edge_type, index)``, or
-    ``None`` (every edge this partition stores)."""
+                             ) -> Tuple[Optional[EdgeType], Optional[Tensor]]:
+    """``(edge type or None, [2, E] original ids)`` from PyG-style ``edge_label_index``:
+    ``[2, E]`` original node ids (tensor or nested lists), an edge type,
+    ``(edge_type, index)``, or ``None`` (every edge this partition stores: returned as
+    ``None``, for :func:`~pyg_dist.loader.seeds.edge_split` to resolve)."""
     edge_type: Optional[EdgeType] = None
     index: Any = edge_label_index
     if _is_edge_type(edge_label_index):
@@ -47,16 +51,15 @@ def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabel
         edge_type, index = edge_label_index
     resolved = graph.meta.edge_type(edge_type)
     if index is None:
-        src, dst = graph.csc_by_type[resolved].coo()
-        index = torch.stack([src, dst])
+        return (resolved if graph.is_hetero else None), None
     index = as_id_tensor(index, "edge_label_index")
     if index.dim() != 2 or index.size(0) != 2 or index.dtype not in (torch.long, torch.int32):
         raise TypeError(f"edge_label_index must be an integer tensor of shape [2, E], got "
                         f"{index.dtype} of shape {tuple(index.shape)}")
-    index = index.long()
-    graph.node_book(resolved[0]).check(index[0])
-    graph.node_book(resolved[2]).check(index[1])
-    return (resolved if graph.is_hetero else None), index
+    check_ids(index[0], graph.meta.num_nodes[resolved[0]], "edge_label_index[0] (sources)")
+    check_ids(index[1], graph.meta.num_nodes[resolved[2]],
+              "edge_label_index[1] (destinations)")
+    return (resolved if graph.is_hetero else None), index.long()
 
 
 class DistLinkNeighborLoader(DistLoader):
@@ -68,7 +71,7 @@ class DistLinkNeighborLoader(DistLoader):
     Args:
         data: ``(feature_store, graph_store)`` of this rank's partition.
         num_neighbors: fan-out per hop.
-        edge_label_index: seed edges ``[2, E]`` (global ids), ``(edge_type, index)``,
+        edge_label_index: seed edges ``[2, E]`` (original node ids), ``(edge_type, index)``,
             an edge type, or ``None`` (every edge this partition stores).
         edge_label: labels of the seed edges.
         edge_label_time: times of the seed edges (temporal sampling).
@@ -89,8 +92,12 @@ class DistLinkNeighborLoader(DistLoader):
 
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
         edge_label_index, edge_label, edge_label_time, neg_sampling, ratio = self._args
-        self.input_type, self.edge_label_index = resolve_edge_label_index(graph,
-                                                                          edge_label_index)
+        self.input_type, index = resolve_edge_label_index(graph, edge_label_index)
+        edge_type = graph.meta.edge_type(self.input_type)
+        #: every stored edge (``edge_label_index=None``): found by edge_split, collectively
+        self._all_stored = index is None
+        self.edge_label_index = torch.stack(graph.csc_by_type[edge_type].coo()) if index is None \
+            else index
         num = self.edge_label_index.size(1)
         for name, value in (("edge_label", edge_label), ("edge_label_time", edge_label_time)):
             if value is not None and value.size(0) != num:
@@ -101,12 +108,33 @@ class DistLinkNeighborLoader(DistLoader):
         return LoaderSeeds("link", self.input_type or graph.meta.edge_types[0], num,
                            _negative(neg_sampling))
 
+    def _translate(self, table: PartIds) -> None:
+        edge_type = self.graph.meta.edge_type(self.input_type)
+        if self._all_stored:  # relabelled as stored; the user sees original ids
+            self.part_edge_label_index = self.edge_label_index
+            self.edge_label_index = stored_edges((self.features, self.graph), self.ctx,
+                                                 edge_type)[:2]
+            return
+        src_type, _, dst_type = edge_type
+        index = self.edge_label_index
+        if src_type == dst_type:
+            both = to_relabelled({src_type: index.reshape(-1)}, table, self.ctx,
+                                 "edge_label_index")[src_type]
+            part = both.view(2, -1)
+        else:
+            got = to_relabelled({src_type: index[0], dst_type: index[1]}, table, self.ctx,
+                                "edge_label_index")
+            part = torch.stack([got[src_type], got[dst_type]])
+        #: the seed edges as pyg_dist's relabelled node ids (what the sampler works in)
+        self.part_edge_label_index = part
+
     def _seed_ids(self) -> Tensor:
         return self.edge_label_index
 
     def _inputs(self, positions: Tensor) -> EdgeSamplerInput:
         pick = lambda t: t[positions] if t is not None else None  # noqa: E731
-        return EdgeSamplerInput(input_id=positions, row=self.edge_label_index[0, positions],
-                                col=self.edge_label_index[1, positions],
+        return EdgeSamplerInput(input_id=positions,
+                                row=self.part_edge_label_index[0, positions],
+                                col=self.part_edge_label_index[1, positions],
                                 label=pick(self.edge_label), time=pick(self.edge_label_time),
                                 input_type=self.input_type)

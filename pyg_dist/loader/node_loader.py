@@ -8,6 +8,8 @@ from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
+from pyg_dist.loader.ids import check_labels, to_relabelled
+from pyg_dist.sampler.ids import PartIds, check_ids
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import NodeType
@@ -15,11 +17,12 @@ from pyg_dist.typing import NodeType
 InputNodes = Union[None, NodeType, Tensor, Sequence[int], Tuple[NodeType, Optional[Tensor]]]
 
 
-def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes
-                        ) -> Tuple[Optional[NodeType], Tensor]:
-    """``(node type or None, global seed ids)`` from PyG-style ``input_nodes``: ids (a
-    tensor, a list of ints or a boolean mask), a node type, ``(node_type, ids)``, or
-    ``None`` (every node this partition owns)."""
+def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes,
+                        table: Optional[PartIds] = None) -> Tuple[Optional[NodeType], Tensor]:
+    """``(node type or None, original seed ids)`` from PyG-style ``input_nodes``: original
+    ids (a tensor, a list of ints or a boolean mask over all nodes in dataset order), a
+    node type, ``(node_type, ids)``, or ``None`` (every node this partition owns; needs
+    ``table``)."""
     node_type: Optional[NodeType] = None
     ids: Any = input_nodes
     if isinstance(input_nodes, str):
@@ -29,7 +32,9 @@ def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes
         node_type, ids = input_nodes
     resolved = graph.meta.node_type(node_type)
     if ids is None:
-        ids = graph.owned_nodes(resolved)
+        if table is None:
+            raise ValueError("input_nodes=None (every owned node) needs the partition's ids")
+        ids = table.table("node", resolved).clone()
     ids = as_id_tensor(ids, "input_nodes")
     if ids.dtype == torch.bool:
         if ids.numel() != graph.meta.num_nodes[resolved]:
@@ -37,10 +42,9 @@ def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes
                              f"({graph.meta.num_nodes[resolved]}), got {ids.numel()}")
         ids = ids.nonzero().view(-1)
     if ids.dtype not in (torch.int64, torch.int32) or ids.dim() != 1:
-        raise TypeError(f"input_nodes must be a 1-d tensor of global node ids, got "
+        raise TypeError(f"input_nodes must be a 1-d tensor of original node ids, got "
                         f"{ids.dtype} of shape {tuple(ids.shape)}")
-    ids = ids.long()
-    graph.node_book(resolved).check(ids)
+    ids = check_ids(ids, graph.meta.num_nodes[resolved], "input_nodes")
     return (resolved if graph.is_hetero else None), ids
 
 
@@ -60,14 +64,16 @@ class DistNeighborLoader(DistLoader):
     """Node-level minibatches of sampled neighbourhoods, as ``Data``/``HeteroData``.
 
     Accepts what PyG's ``NeighborLoader`` accepts, plus the distributed arguments.
-    Seeds are global ids (usually this rank's share from :func:`node_split`); every
+    Seeds are the dataset's original node ids (usually this rank's share from
+    :func:`node_split`, or a PyG split file), and batches' ``n_id``/``e_id`` are original
+    ids too (``part_n_id``/``part_e_id``: pyg_dist's relabelled ids); every
     rank yields the same number of batches per epoch unless ``even_batches=False``.
     Construction is collective: every rank builds its loaders in the same order.
 
     Args:
         data: ``(feature_store, graph_store)`` of this rank's partition.
         num_neighbors: fan-out per hop (list, or dict by edge type).
-        input_nodes: seeds: global ids (tensor, list or boolean mask),
+        input_nodes: seeds: original ids (tensor, list, or boolean mask over all nodes),
             ``(node_type, ids)``, a node type, or ``None`` (all nodes this partition owns).
         input_time: seed times (temporal sampling).
         **options: the shared loader options of
@@ -89,17 +95,26 @@ class DistNeighborLoader(DistLoader):
 
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
         input_nodes, input_time = self._args
-        self.input_type, self.input_nodes = resolve_input_nodes(graph, input_nodes)
+        self.input_type, self.input_nodes = resolve_input_nodes(graph, input_nodes, self.ids)
         if input_time is not None and input_time.numel() != self.input_nodes.numel():
             raise ValueError(f"input_time has {input_time.numel()} entries for "
                              f"{self.input_nodes.numel()} input nodes")
+        if self.features.labels is not None:
+            check_labels(self.features.labels, self.ids, graph.meta.node_type(self.input_type))
         self.input_time = input_time
         return LoaderSeeds("node", self.input_type, self.input_nodes.numel())
+
+    def _translate(self, table: PartIds) -> None:
+        node_type = self.graph.meta.node_type(self.input_type)
+        ids = {node_type: self.input_nodes} if hasattr(self, "input_nodes") else {}
+        #: the seeds as pyg_dist's relabelled ids (what the sampler works in)
+        self.part_input_nodes = to_relabelled(ids, table, self.ctx, "input_nodes").get(
+            node_type, torch.empty(0, dtype=torch.long))
 
     def _seed_ids(self) -> Tensor:
         return self.input_nodes
 
     def _inputs(self, positions: Tensor) -> NodeSamplerInput:
         time = self.input_time[positions] if self.input_time is not None else None
-        return NodeSamplerInput(input_id=positions, node=self.input_nodes[positions],
+        return NodeSamplerInput(input_id=positions, node=self.part_input_nodes[positions],
                                 time=time, input_type=self.input_type)

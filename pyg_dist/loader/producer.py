@@ -8,7 +8,9 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamplerInput
 
-from pyg_dist.loader.collate import Batch, collate
+from pyg_dist.loader.collate import Batch, OriginalIds, collate
+from pyg_dist.loader.ids import label_rows
+from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -69,8 +71,13 @@ class BatchProducer:
                                                     self.spec.neg_sampling, rng)
         sub = batch.subgraph
         feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=self.repeats)
+        # the owners sent every row's original id with it (pyg_dist.sampler.ids)
+        nodes = {t: a.pop(ID_ATTR) for t, a in feats.nodes.items() if ID_ATTR in a}
+        edges = {t: a.pop(ID_ATTR) for t, a in feats.edges.items() if ID_ATTR in a}
         labels = self.sampler.features.labels
         if labels is not None and self.spec.kind == "node":  # torch_geometric.distributed's
             node_type = batch.seeds.input_type               # feature.labels
-            feats.nodes.setdefault(node_type, {})["y"] = labels[sub.node[node_type]]
-        return collate(batch, feats, self.sampler.meta)
+            feats.nodes.setdefault(node_type, {})["y"] = label_rows(
+                labels, nodes[node_type], sub.node[node_type], self.sampler.local.ids,
+                node_type)
+        return collate(batch, feats, self.sampler.meta, OriginalIds(nodes, edges))

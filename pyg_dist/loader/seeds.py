@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from pyg_dist.loader.ids import cpu_group, gather_all, to_original
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.ids import PartIds
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -29,33 +30,20 @@ def _chunk(values: Tensor, index: int, parts: int) -> Tensor:
     return values[..., lo:hi]
 
 
-def _gather_all(values: Tensor, world_size: int, group: Optional[object]) -> List[Tensor]:
-    """All ranks' tensors (any length along dim -1), in rank order (a collective)."""
-    n = torch.tensor([values.size(-1)])
-    sizes = [torch.zeros_like(n) for _ in range(world_size)]
-    dist.all_gather(sizes, n, group=group)
-    width = int(max(s.item() for s in sizes))
-    padded = torch.zeros((*values.shape[:-1], width), dtype=values.dtype)
-    padded[..., :values.size(-1)] = values
-    out = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(out, padded, group=group)
-    return [o[..., :int(s.item())] for o, s in zip(out, sizes)]
-
-
 def _split(local: Tensor, ctx: DistContext, num_parts: int, force_even: bool) -> Tensor:
     part = ctx.partition_id(num_parts)
     ranks = ctx.ranks_of(part, num_parts)
     mine = _chunk(local, ranks.index(ctx.rank), len(ranks))
     if not force_even or ctx.world_size == 1:
         return mine
-    everything = torch.cat(_gather_all(mine, ctx.world_size, _cpu_group(ctx)), dim=-1)
+    everything = torch.cat(gather_all(mine, ctx.world_size, cpu_group(ctx)), dim=-1)
     return _chunk(everything, ctx.rank, ctx.world_size)
 
 
 def node_split(data: Union[Stores, LocalFeatureStore], split: str = "train",
                ctx: Optional[DistContext] = None, node_type: Optional[NodeType] = None,
                force_even: bool = False) -> Tensor:
-    """Global ids of the ``split`` nodes this trainer should use as seeds.
+    """Original ids of the ``split`` nodes this trainer should use as seeds.
 
     Each partition's split nodes are divided evenly among the trainers serving it;
     with ``force_even`` they are re-balanced over all ranks (a collective: every
@@ -68,40 +56,52 @@ def node_split(data: Union[Stores, LocalFeatureStore], split: str = "train",
         node_type: the node type (heterogeneous graphs).
         force_even: balance across all ranks, not only within a partition.
     """
-    features = data[0] if isinstance(data, (tuple, list)) else data
+    stores = tuple(data) if isinstance(data, (tuple, list)) else (data,)
+    features = stores[0]
     ctx = ctx or DistContext.from_env()
-    ids = features.split_ids(split, node_type)
+    node_type = features.meta.node_type(node_type)
+    ids = features.split_ids(split, node_type)  # relabelled ids the partition owns
+    ids = PartIds.of_stores(*stores).original("node", node_type, ids)
     return _split(ids, ctx, features.meta.num_parts, force_even)
+
+
+def stored_edges(data: Stores, ctx: DistContext, edge_type: EdgeType) -> Tensor:
+    """``[3, E]``: original ``(src, dst, edge id)`` of every edge of ``edge_type`` the
+    partition stores, in stored order. A collective when the job has several ranks
+    (sources owned elsewhere are translated by their owners)."""
+    graph = data[1]
+    src, dst = graph.csc_by_type[edge_type].coo()
+    table = PartIds.of_stores(data[1], data[0])
+    src_type, _, dst_type = edge_type
+    if src_type == dst_type:
+        both = to_original({src_type: torch.cat([src, dst])}, table, ctx)[src_type]
+        src, dst = both[:src.numel()], both[src.numel():]
+    else:
+        got = to_original({src_type: src, dst_type: dst}, table, ctx)
+        src, dst = got[src_type], got[dst_type]
+    eids = table.original("edge", edge_type, graph.csc_by_type[edge_type].edge_ids())
+    return torch.stack([src, dst, eids])
 
 
 def edge_split(data: Stores, ctx: Optional[DistContext] = None,
                edge_type: Optional[EdgeType] = None, force_even: bool = False,
                return_eids: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-    """The edges (``[2, E]`` global ``(src, dst)``) this trainer uses as link seeds.
+    """The edges (``[2, E]`` original ``(src, dst)`` ids) this trainer uses as link seeds.
 
     Every partition's stored edges (those whose destination it owns) are divided
-    evenly among its trainers, or with ``force_even`` over all ranks.
+    evenly among its trainers, or with ``force_even`` over all ranks. A collective when
+    the job has several ranks (sources owned elsewhere are translated by their owners):
+    every rank calls it.
 
     Args:
         data: ``(feature_store, graph_store)``.
-        return_eids: also return the global edge ids.
+        return_eids: also return the original edge ids.
     """
-    graph = data[1]
     ctx = ctx or DistContext.from_env()
-    edge_type = graph.meta.edge_type(edge_type)
-    src, dst = graph.csc_by_type[edge_type].coo()
-    local = torch.stack([src, dst, graph.csc_by_type[edge_type].edge_ids()])
-    out = _split(local, ctx, graph.num_parts, force_even)
+    edge_type = data[1].meta.edge_type(edge_type)
+    local = stored_edges(data, ctx, edge_type)
+    out = _split(local, ctx, data[1].num_parts, force_even)
     return (out[:2], out[2]) if return_eids else out[:2]
-
-
-def _cpu_group(ctx: DistContext) -> Optional[object]:
-    """The gloo group for seed collectives (initialising the process group if needed)."""
-    from pyg_dist.rpc import runtime
-
-    if runtime.is_initialized():
-        return runtime.current().cpu_group
-    return runtime.ensure_process_group(ctx)
 
 
 @dataclass

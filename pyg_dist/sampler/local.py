@@ -7,18 +7,19 @@ cached.
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from pyg_dist.partition.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
+from pyg_dist.sampler.ids import ID_ATTR, PartIds
 from pyg_dist.sampler.kernels import sample_one_hop
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import EdgeType, edge_key
+from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 
 class LocalSampler:
@@ -34,6 +35,30 @@ class LocalSampler:
         self.features = features
         self._cache: Dict[Tuple[str, EdgeType, str], Tensor] = {}
         self._lock = threading.Lock()
+        self._ids: Optional[PartIds] = None
+
+    @property
+    def ids(self) -> PartIds:
+        """The original ids of this partition's nodes and edges (mapped on first use)."""
+        if self._ids is None:
+            self._ids = PartIds.of_stores(self.features, self.graph)
+        return self._ids
+
+    def column(self, group: Union[NodeType, EdgeType], attr: str) -> Tensor:
+        """All owned rows of an attribute; :data:`~pyg_dist.sampler.ids.ID_ATTR` is the
+        original ids of the owned nodes or edges."""
+        if attr == ID_ATTR:
+            return self.ids.table("edge" if isinstance(group, tuple) else "node", group)
+        return self.features.tensor(group, attr)
+
+    def gather(self, group: Union[NodeType, EdgeType], attr: str, ids: Tensor) -> Tensor:
+        """Rows of owned global ``ids`` of an attribute (or of the original ids)."""
+        if attr != ID_ATTR:
+            return self.features.gather(group, attr, ids)
+        ids = torch.as_tensor(ids)
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
+        return self.ids.original("edge" if isinstance(group, tuple) else "node", group, ids)
 
     def hop(self, request: HopRequest) -> HopResponse:
         """Runs one hop for every edge type of the request (from a peer: checked)."""
@@ -156,7 +181,7 @@ class LocalSampler:
             for group, ids in getattr(request, kind).items():
                 cast = wire.get(group, {})
                 getattr(out, kind)[group] = {
-                    a: to_wire(self.features.gather(group, a, ids), cast.get(a))
+                    a: to_wire(self.gather(group, a, ids), cast.get(a))
                     for a in attrs.get(group, [])}
         return out
 

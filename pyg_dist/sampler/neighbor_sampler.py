@@ -39,6 +39,11 @@ Output = Union[SamplerOutput, HeteroSamplerOutput]
 class DistNeighborSampler(BaseSampler):
     """Samples multi-hop neighbourhoods of seeds spread over all partitions.
 
+    The sampler works in pyg_dist's **relabelled** ids (seeds in, ``SampledSubgraph``
+    out); the loaders translate the user's original ids at construction and return
+    original ids in batches (:mod:`pyg_dist.sampler.ids`). Its fetcher reads every
+    sampled node's and edge's original id with its rows (``original_ids=True``).
+
     Args:
         data: ``(feature_store, graph_store)`` of this rank's partition.
         num_neighbors: fan-out per hop (a list for every edge type, or a dict by
@@ -75,7 +80,8 @@ class DistNeighborSampler(BaseSampler):
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr)
         self.group, self.local = serving_group(current_ctx, features, graph)
-        self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype)
+        self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
+                                      original_ids=True)
         if feature_cache:
             self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))

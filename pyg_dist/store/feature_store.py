@@ -278,21 +278,28 @@ class LocalFeatureStore(FeatureStore):
     # ---- torch_geometric.distributed's names ---------------------------------------
     @property
     def labels(self) -> Optional[Tensor]:
-        """Labels of every node of the seed type, indexed by global node id, as
-        ``torch_geometric.distributed``'s scripts set them (``feature.labels =
-        torch.load(label_file)``). When set, node batches take ``y`` from it
-        (``labels[n_id]`` of the seed type) instead of a stored ``y``."""
+        """Labels as ``torch_geometric.distributed``'s scripts set them (``feature.labels =
+        torch.load(label_file)``): one row per node of the seed type in the dataset's
+        order (indexed by original id), or one row per node of it this partition owns
+        (in the order of ``node_ids.pt``). Node batches then take ``y`` from it instead
+        of a stored ``y``. One row per edge of an edge type is accepted and never read
+        (PyG's link scripts store per-edge labels there; link loaders use
+        ``edge_label``)."""
         return self._labels
 
     @labels.setter
     def labels(self, value: Optional[Tensor]) -> None:
         if value is not None:
-            counts = {t: self.meta.num_nodes[t] for t in self.meta.node_types}
+            counts = {t: (self.meta.num_nodes[t], self._books[t].size(self.part))
+                      for t in self.meta.node_types}
+            counts.update({edge_key(t): (self.meta.num_edges[t], self._books[t].size(self.part))
+                           for t in self.meta.edge_types})
             if not isinstance(value, Tensor) or value.dim() == 0 or \
-                    value.size(0) not in counts.values():
+                    not any(value.size(0) in c for c in counts.values()):
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise ValueError(f"labels must be a tensor with one row per node of a node "
-                                 f"type ({counts}), got {got}")
+                raise ValueError(f"labels must be a tensor with one row per node (or edge) of "
+                                 f"a type, in dataset order or per owned one (total, owned: "
+                                 f"{counts}), got {got}")
         self._labels = value
 
     @property
@@ -315,7 +322,8 @@ class LocalFeatureStore(FeatureStore):
 
     # ---- splits and sharing --------------------------------------------------------
     def split_ids(self, split: str, node_type: Optional[NodeType] = None) -> Tensor:
-        """Global ids of owned nodes in ``split`` (from ``<split>_mask`` at partition time)."""
+        """**Relabelled** ids of owned nodes in ``split`` (from ``<split>_mask`` at
+        partition time); :func:`pyg_dist.node_split` returns them as original ids."""
         node_type = self.meta.node_type(node_type)
         splits = self.splits.get(node_type, {})
         if split not in splits:

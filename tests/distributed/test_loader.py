@@ -36,9 +36,11 @@ def _open(root: str, init_pg: bool = True):
 def _check_node_batch(batch, edge_index: torch.Tensor, y: torch.Tensor, seeds: torch.Tensor,
                       node_map: torch.Tensor, edge_map: torch.Tensor) -> None:
     assert torch.equal(batch.n_id[:batch.batch_size], seeds)  # seeds first
-    assert torch.equal(batch.nid, node_map[batch.n_id])      # features of the right node
+    assert torch.equal(batch.nid, batch.n_id)                # n_id: original ids
+    assert torch.equal(batch.n_id, node_map[batch.part_n_id])  # part_n_id: relabelled
     assert torch.equal(batch.y, y[batch.nid])
-    assert torch.equal(batch.oid, edge_map[batch.e_id])      # edge attributes by e_id
+    assert torch.equal(batch.oid, batch.e_id)                # e_id: original ids
+    assert torch.equal(batch.e_id, edge_map[batch.part_e_id])
     ends = torch.stack([batch.nid[batch.edge_index[0]], batch.nid[batch.edge_index[1]]])
     assert torch.equal(ends, edge_index[:, batch.oid])       # every edge is a real edge
     assert batch.edge_index.size(1) == batch.e_id.numel() == batch.e_id.unique().numel()
@@ -112,8 +114,9 @@ def _link_job(root: str, edge_index) -> Dict:
     pos = neg = neg_edges = 0
     for batch in loader:
         _ddp_step(ctx)
-        ends = node_map[batch.n_id][batch.edge_label_index]
-        assert torch.equal(batch.nid, node_map[batch.n_id])
+        ends = batch.n_id[batch.edge_label_index]
+        assert torch.equal(batch.nid, batch.n_id)
+        assert torch.equal(batch.n_id, node_map[batch.part_n_id])
         for (s, d), label in zip(ends.t().tolist(), batch.edge_label.tolist()):
             if label == 1:
                 assert (s, d) in existing
@@ -149,7 +152,8 @@ def _hetero_job(root: str, hetero) -> Dict:
         assert torch.equal(batch["paper"].n_id[:batch["paper"].batch_size],
                            ids[32 * (batches - 1):32 * batches])
         for t in batch.node_types:
-            assert torch.equal(batch[t].nid, node_map[t][batch[t].n_id])
+            assert torch.equal(batch[t].nid, batch[t].n_id)
+            assert torch.equal(batch[t].n_id, node_map[t][batch[t].part_n_id])
             assert torch.equal(batch[t].x, hetero[t].x[batch[t].nid])
         for et in batch.edge_types:
             src = batch[et[0]].nid[batch[et].edge_index[0]]
@@ -168,3 +172,66 @@ def test_hetero_node_loader_three_ranks(hetero_graph, tmp_path):
     counts = [o["seeds"] for o in out]
     assert sum(counts) == int(data["paper"].train_mask.sum()) and max(counts) - min(counts) <= 1
     assert all(o["batches"] == o["len"] == out[0]["len"] for o in out)
+
+
+def _truth_job(root: str, seeds: Dict, fanout: int) -> Dict:
+    """Full fan-out batches of the given original seeds: what every batch held."""
+    ctx, data = _open(root, init_pg=False)
+    node_type, ids = seeds["type"], seeds["ids"][ctx.rank]
+    loader = DistNeighborLoader(data=data, num_neighbors=[fanout] * 2,
+                                input_nodes=(node_type, ids) if node_type else ids,
+                                batch_size=ids.numel(), current_ctx=ctx)
+    batch = next(iter(loader))
+    hetero = node_type is not None
+    stores = {t: batch[t] for t in batch.node_types} if hetero else {None: batch}
+    edges = {t: batch[t] for t in batch.edge_types} if hetero else {None: batch}
+    out = {"n_id": {t: s.n_id for t, s in stores.items()},
+           "nid": {t: s.nid for t, s in stores.items()},
+           "e_id": {t: s.e_id for t, s in edges.items()},
+           "oid": {t: s.oid for t, s in edges.items()},
+           "direct": sorted(loader.sampler.group.direct)}
+    loader.close()
+    shutdown_rpc()
+    return out
+
+
+def _truth(data, parts: int, direct: str, tmp_path) -> None:
+    from pyg_dist.testing.graphs import khop_in_neighbourhood, typed
+    from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+
+    Partitioner(data, parts, tmp_path, seed=0, progress=False, overwrite=True).generate()
+    num_nodes, edges = typed(data)
+    hetero = HOMO_NODE not in num_nodes
+    node_type = "paper" if hetero else None
+    gen = torch.Generator().manual_seed(parts)
+    total = num_nodes["paper" if hetero else HOMO_NODE]
+    ids = [torch.randperm(total, generator=gen)[:6] for _ in range(parts)]  # any owner
+    out = run_ranks(_truth_job, parts, str(tmp_path), {"type": node_type, "ids": ids}, -1,
+                    timeout=280, extra_env={"PYG_DIST_DIRECT_READS": direct})
+    for rank, got in enumerate(out):
+        assert bool(got["direct"]) == (direct == "1")
+        seed_type = node_type or HOMO_NODE
+        nodes, taken = khop_in_neighbourhood(num_nodes, edges, {seed_type: ids[rank]}, 2,
+                                             list(edges))
+        for t, n_id in got["n_id"].items():
+            key = t or HOMO_NODE
+            assert torch.equal(n_id, got["nid"][t])  # original ids, rows of those nodes
+            assert set(n_id.tolist()) == nodes[key], (rank, key)
+        for t, e_id in got["e_id"].items():
+            key = t or HOMO_EDGE
+            assert torch.equal(e_id, got["oid"][t])
+            assert set(e_id.tolist()) == taken[key], (rank, key)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("parts,direct", [(2, "1"), (3, "0")])
+def test_homo_batches_hold_ground_truth_original_ids(cora, parts, direct, tmp_path):
+    _truth(encode_ids(cora), parts, direct, tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("parts,direct", [(2, "0"), (3, "1")])
+def test_hetero_batches_hold_ground_truth_original_ids(hetero_graph, parts, direct, tmp_path):
+    _truth(encode_ids(hetero_graph), parts, direct, tmp_path)
