@@ -30,6 +30,13 @@ def check_name(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be an attribute name (str) or None, got {_shown(value)}")
 
 
+def check_tensor(name: str, value: Any) -> None:
+    """``value`` must be ``None`` or a tensor (per-seed values such as times or labels)."""
+    if value is not None and not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor with one entry per seed, or None, got "
+                        f"{_shown(value)}")
+
+
 def check_device(value: Any) -> Optional[torch.device]:
     """``value`` as a ``torch.device`` (``None`` stays ``None``)."""
     if value is None:

@@ -120,20 +120,20 @@ class DistLoader:
                         weight_attr=weight_attr)
         error: Optional[BaseException] = None
         seeds, own, config = LoaderSeeds("node", None, 0), 0, None
-        wire_dtype_ = None
+        wire_spec = None
         try:
             accept_pyg_options(pyg_options, type(self).__name__)
             _check_sizes(batch_size, num_workers, concurrency)
             check_loader_options(shuffle, drop_last, replace, disjoint, even_batches,
                                  pin_memory, seed, feature_cache, transform, device,
                                  time_attr, weight_attr)
-            wire_dtype_ = wire.normalize(wire_dtype)
+            wire_spec = wire.normalize(wire_dtype)
             seeds = self._resolve(self.graph)
             config = DistNeighborSampler.build_config(self.graph.meta, **sampling)
             own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
         except _LOCAL_ERRORS as exc:  # raised on every rank by the agreement
             error = exc
-        options = {"seed": seed, "feature_cache": feature_cache, "wire_dtype": wire_dtype_}
+        options = {"seed": seed, "feature_cache": feature_cache, "wire_dtype": wire_spec}
         self.spec = ProducerSpec({**sampling, **options},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
         counts = self._agree(seeds, config, num_workers, even_batches, own, error)

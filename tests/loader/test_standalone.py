@@ -191,3 +191,21 @@ def test_num_threads_must_be_a_positive_integer(cora1):
         with loader.enable_multithreading("2"):
             pass
     loader.close()
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(edge_label=[1, 0]), TypeError, r"edge_label must be a tensor"),
+    (dict(edge_label_time=3), TypeError, r"edge_label_time must be a tensor"),
+    (dict(neg_sampling_ratio="1"), ValueError, r"neg_sampling_ratio must be a number > 0"),
+    (dict(neg_sampling_ratio=-1.0), ValueError, r"neg_sampling_ratio must be a number > 0"),
+])
+def test_bad_link_seed_arguments_name_the_argument(cora1, kwargs, error, match):
+    _, stores, ctx = cora1
+    with pytest.raises(error, match=match):
+        DistLinkNeighborLoader(data=stores, num_neighbors=[2], current_ctx=ctx, **kwargs)
+
+
+def test_input_time_must_be_a_tensor(cora1):
+    _, stores, ctx = cora1
+    with pytest.raises(TypeError, match="input_time must be a tensor"):
+        DistNeighborLoader(data=stores, num_neighbors=[2], input_time=[1, 2], current_ctx=ctx)
