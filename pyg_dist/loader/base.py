@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
+from pyg_dist.loader.arguments import check_device, check_loader_options
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.compat import accept_pyg_options
 from pyg_dist.loader.iterators import _Iterator, _LoopIterator, _WorkerIterator
@@ -32,7 +33,7 @@ from pyg_dist.loader.state import VERSION, LoaderState, digest
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.sampler.ids import PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
@@ -121,16 +122,20 @@ class DistLoader:
                         weight_attr=weight_attr)
         error: Optional[BaseException] = None
         seeds, own, config = LoaderSeeds("node", None, 0), 0, None
+        wire_spec = None
         try:
             accept_pyg_options(pyg_options, type(self).__name__)
             _check_sizes(batch_size, num_workers, concurrency)
+            check_loader_options(shuffle, drop_last, replace, disjoint, even_batches,
+                                 pin_memory, seed, feature_cache, transform, device,
+                                 time_attr, weight_attr)
+            wire_spec = wire.normalize(wire_dtype)
             seeds = self._resolve(self.graph)
             config = DistNeighborSampler.build_config(self.graph.meta, **sampling)
             own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
         except _LOCAL_ERRORS as exc:  # raised on every rank by the agreement
             error = exc
-        options = {"seed": seed, "feature_cache": feature_cache,
-                   "wire_dtype": wire.normalize(wire_dtype)}
+        options = {"seed": seed, "feature_cache": feature_cache, "wire_dtype": wire_spec}
         self.spec = ProducerSpec({**sampling, **options},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
         counts = self._agree(seeds, config, num_workers, even_batches, own, error)
@@ -139,7 +144,7 @@ class DistLoader:
         group = self.sampler.group
         self.number, group.loaders = group.loaders, group.loaders + 1
         self.batch_size, self.num_workers, self.concurrency = batch_size, num_workers, concurrency
-        self.device = torch.device(device) if device is not None else None
+        self.device = check_device(device)
         self.pin_memory = pin_memory if pin_memory is not None else (
             self.device is not None and self.device.type == "cuda")
         self.transform = transform
@@ -211,8 +216,9 @@ class DistLoader:
         """Torch threads of this loader's sampler workers started inside the block
         (``torch_geometric.distributed``'s name; workers start at the first iteration
         and keep their threads)."""
-        if num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or \
+                num_threads < 1:
+            raise ValueError(f"num_threads must be an integer >= 1, got {num_threads!r}")
         previous, self.worker_threads = self.worker_threads, int(num_threads)
         try:
             yield self
@@ -369,7 +375,7 @@ class DistLoader:
 
 
 def _context(ctx: Optional[DistContext]) -> DistContext:
-    if ctx is not None:
+    if check_context(ctx) is not None:
         return ctx
     return runtime.current().ctx if runtime.is_initialized() else DistContext.from_env()
 

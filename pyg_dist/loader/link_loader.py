@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
+from pyg_dist.loader.arguments import check_tensor
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
 from pyg_dist.loader.ids import to_relabelled
 from pyg_dist.loader.node_loader import as_id_tensor
@@ -92,6 +93,11 @@ class DistLinkNeighborLoader(DistLoader):
 
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
         edge_label_index, edge_label, edge_label_time, neg_sampling, ratio = self._args
+        check_tensor("edge_label", edge_label)
+        check_tensor("edge_label_time", edge_label_time)
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                                  or not ratio > 0):
+            raise ValueError(f"neg_sampling_ratio must be a number > 0, got {ratio!r}")
         self.input_type, index = resolve_edge_label_index(graph, edge_label_index)
         edge_type = graph.meta.edge_type(self.input_type)
         #: every stored edge (``edge_label_index=None``): found by edge_split, collectively

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
+from pyg_dist.loader.arguments import check_tensor
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
 from pyg_dist.loader.ids import check_labels, to_relabelled
 from pyg_dist.sampler.ids import PartIds, check_ids
@@ -95,6 +96,7 @@ class DistNeighborLoader(DistLoader):
 
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
         input_nodes, input_time = self._args
+        check_tensor("input_time", input_time)
         self.input_type, self.input_nodes = resolve_input_nodes(graph, input_nodes, self.ids)
         if input_time is not None and input_time.numel() != self.input_nodes.numel():
             raise ValueError(f"input_time has {input_time.numel()} entries for "

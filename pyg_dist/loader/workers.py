@@ -1,26 +1,30 @@
 """Sampler worker processes: each joins an RPC group of its own (worker ``i`` of every
 rank together), serves its rank's partition from shared memory, and builds batches.
 
-Batches cross back to the trainer through ``torch.multiprocessing`` queues (tensors
-in shared memory). Workers live as long as their loader and leave their RPC group
-together (a graceful shutdown), so a rank that finishes early keeps serving.
+Tasks and batches travel through two one-way pipes per worker (tensors in shared
+memory, by ``torch.multiprocessing``'s reductions). Pipes, unlike ``multiprocessing``
+queues, need no named semaphores: a queue's three live as ``/dev/shm/sem.mp-*`` files
+that only a clean exit removes, so every trainer stopped or killed left them behind. A
+worker whose trainer is gone sees its task pipe close and exits. Workers live as long as
+their loader and leave their RPC group together (a graceful shutdown), so a rank that
+finishes early keeps serving.
 """
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
 import os
-import queue
 import traceback
+from multiprocessing.connection import Connection, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 import torch.multiprocessing as tmp
 
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
-from pyg_dist.rpc import runtime
+from pyg_dist.rpc import health, runtime
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -41,7 +45,12 @@ class WorkerSpec:
     cache: Optional[Dict[str, Any]] = None  # the machine's shared feature cache file, if any
 
 
-def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
+#: the run number of a worker's first message: it started (its imports went well)
+STARTED = -2
+
+
+def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
+    results.send((STARTED, spec.index, None, None))
     torch.set_num_threads(spec.threads)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
     from pyg_dist.sampler.direct import open_direct
@@ -68,7 +77,7 @@ def _worker_main(spec: WorkerSpec, tasks: Any, results: Any) -> None:
         _serve_tasks(group, producer, spec, tasks, results)
     except BaseException:
         graceful = False
-        results.put((-1, -1, None, traceback.format_exc()))
+        _send(results, (-1, -1, None, traceback.format_exc()))
         raise
     finally:
         runtime.shutdown_rpc(graceful=graceful)
@@ -89,16 +98,26 @@ def _delta(cache: Any, before: Optional[CacheStats]) -> Optional[CacheStats]:
                       now.bytes_saved - before.bytes_saved)
 
 
+def _send(results: Connection, message: Any) -> None:
+    try:
+        results.send(message)
+    except OSError:  # the trainer is gone: nobody to tell
+        pass
+
+
 def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerSpec,
-                 tasks: Any, results: Any) -> None:
+                 tasks: Connection, results: Connection) -> None:
     parent = mp.parent_process()
     while True:
         try:
-            task = tasks.get(timeout=1.0)
-        except queue.Empty:
-            if parent is not None and not parent.is_alive():
-                raise RuntimeError("the trainer process died; sampler worker exits")
-            continue
+            if not tasks.poll(1.0):
+                if parent is not None and not parent.is_alive():
+                    raise RuntimeError("the trainer process died; sampler worker exits")
+                continue
+            task = tasks.recv()
+        except (EOFError, OSError):
+            raise RuntimeError("the trainer process closed its pipe (it died); sampler "
+                               "worker exits") from None
         if task is None:
             return
         epoch, index, batch_task = task
@@ -106,10 +125,10 @@ def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerS
             cache = producer.sampler.fetcher.cache
             before = dataclasses.replace(cache.stats) if cache is not None else None
             batch = group.loop.run(producer.produce(batch_task), timeout=spec.batch_timeout)
-            results.put((epoch, index, Produced(batch, _delta(cache, before)), None))
+            results.send((epoch, index, Produced(batch, _delta(cache, before)), None))
         except Exception:  # reported to the trainer, which raises it
-            results.put((epoch, index, None, f"sampler worker {os.getpid()} of rank "
-                         f"{spec.ctx.rank}:\n{traceback.format_exc()}"))
+            results.send((epoch, index, None, f"sampler worker {os.getpid()} of rank "
+                          f"{spec.ctx.rank}:\n{traceback.format_exc()}"))
 
 
 # torchrun's description of the trainer. Workers get theirs from WorkerSpec.ctx (its
@@ -136,7 +155,7 @@ def _launcher_env_hidden() -> Iterator[None]:
 
 
 class WorkerPool:
-    """``num_workers`` sampler processes with one task queue each and a result queue.
+    """``num_workers`` sampler processes with a task pipe and a result pipe each.
 
     Args:
         num_workers: processes to start.
@@ -146,49 +165,89 @@ class WorkerPool:
 
     def __init__(self, num_workers: int, make_spec: Any, prefetch: int = 2) -> None:
         ctx = tmp.get_context("spawn")
-        self.results = ctx.Queue()
-        self.tasks = [ctx.Queue() for _ in range(num_workers)]
         self.prefetch = prefetch
-        self.procs = []
-        for i in range(num_workers):
-            proc = ctx.Process(target=_worker_main, args=(make_spec(i), self.tasks[i],
-                                                          self.results), daemon=True,
-                               name=f"pyg_dist-sampler-{i}")
+        self.procs: List[Any] = []
+        self.tasks: List[Connection] = []
+        self.results: List[Connection] = []
+        self.started: Set[int] = set()  # workers whose first message came
+        try:
+            for i in range(num_workers):
+                self._start(ctx, i, make_spec(i))
+        except BaseException:
+            self.close(timeout=1)
+            raise
+
+    def _start(self, ctx: Any, index: int, spec: WorkerSpec) -> None:
+        task_out, task_in = ctx.Pipe(duplex=False)
+        result_out, result_in = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker_main, args=(spec, task_out, result_in), daemon=True,
+                           name=f"pyg_dist-sampler-{index}")
+        try:
             with _launcher_env_hidden():
                 proc.start()
-            self.procs.append(proc)
+        finally:  # the child has its ends now (or never will): a dead peer reads as EOF
+            task_out.close()
+            result_in.close()
+        self.procs.append(proc)
+        self.tasks.append(task_in)
+        self.results.append(result_out)
 
     @property
     def capacity(self) -> int:
         return self.prefetch * len(self.procs)
 
     def submit(self, epoch: int, index: int, inputs: Any) -> None:
-        self.tasks[index % len(self.procs)].put((epoch, index, inputs))
+        try:
+            self.tasks[index % len(self.procs)].send((epoch, index, inputs))
+        except OSError:  # its pipe closed: the worker is gone
+            raise self._dead_error() from None
 
     def get(self, timeout: float) -> Tuple[int, int, Any, Optional[str]]:
         """The next finished batch; raises if a worker died or nothing came in time."""
         waited = 0.0
         while True:
-            try:
-                return self.results.get(timeout=1.0)
-            except queue.Empty:
-                waited += 1.0
-            dead = [p for p in self.procs if not p.is_alive()]
-            if dead:
-                raise RuntimeError(f"sampler worker(s) {[p.name for p in dead]} died (exit codes "
-                                   f"{[p.exitcode for p in dead]}; their errors are on stderr); "
-                                   f"{_START_HINT}")
+            for conn in wait(self.results, timeout=1.0):
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):  # the worker is gone
+                    for proc in self.procs:
+                        proc.join(1.0)
+                    raise self._dead_error() from None
+                if message[0] == STARTED:
+                    self.started.add(message[1])
+                    continue
+                return message
+            waited += 1.0
+            if any(not p.is_alive() for p in self.procs):
+                raise self._dead_error()
             if waited >= timeout:
                 raise TimeoutError(f"no batch from the sampler workers within {timeout:.0f}s")
 
+    def _dead_error(self) -> RuntimeError:
+        """Why a worker is gone: one that died before its first message could not even
+        import the training script; a later death says its exit code."""
+        dead = [(i, p) for i, p in enumerate(self.procs) if not p.is_alive()] or \
+            list(enumerate(self.procs))
+        never = [p.name for i, p in dead if i not in self.started]
+        message = (f"sampler worker(s) {[p.name for _, p in dead]} died (exit codes "
+                   f"{[p.exitcode for _, p in dead]}; their errors are on stderr)")
+        if never:
+            message += f"; {never} died while starting: {_START_HINT}"
+        return RuntimeError(health.with_diagnosis(message))
+
     def close(self, timeout: float) -> None:
         """Stops the workers (they leave their RPC groups together) and reaps them."""
-        for q in self.tasks:
-            q.put(None)
+        for conn in self.tasks:
+            try:
+                conn.send(None)
+            except OSError:  # that worker is gone already
+                pass
         for proc in self.procs:
             proc.join(timeout)
         for proc in self.procs:
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
-        self.procs = []
+        for conn in self.tasks + self.results:
+            conn.close()
+        self.procs, self.tasks, self.results = [], [], []

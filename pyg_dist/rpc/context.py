@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 DEFAULT_RPC_TIMEOUT_S = 120.0
 
@@ -130,3 +130,16 @@ class DistContext:
         """The ranks that serve partition ``part``."""
         k = self._per_part(num_parts)
         return list(range(part * k, (part + 1) * k))
+
+
+def check_context(value: Any, name: str = "current_ctx") -> Optional[DistContext]:
+    """``value`` if it is a :class:`DistContext` or ``None``.
+
+    Raises:
+        TypeError: naming the argument ``name``, for anything else.
+    """
+    if value is not None and not isinstance(value, DistContext):
+        raise TypeError(f"{name} must be a pyg_dist.DistContext (or None: read from "
+                        f"torchrun's environment), got {type(value).__name__} "
+                        f"{repr(value)[:60]}")
+    return value

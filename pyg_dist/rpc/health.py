@@ -19,6 +19,14 @@ What the watchdog does with a silent peer:
   message naming the rank (like NCCL's watchdog), so a collective left with a long
   timeout (torch's default is 30 minutes) cannot keep the job waiting.
   ``PYG_DIST_WATCHDOG=warn`` keeps only the warnings.
+
+The store itself can go too: torchrun's agent hosts it, and an agent killed (or its
+machine lost) leaves its trainers orphaned: nothing can restart them or tell them a
+peer failed. After a heartbeat that cannot reach the store, the watchdog checks
+whether anything still listens at the store's address; once nothing has for
+``store_lost_after`` (half of ``abort_after``, so the bound holds even when a store
+call hangs for the whole timeout) the process ends with exit code 1 and a message
+saying the store and the agent hosting it were lost.
 """
 from __future__ import annotations
 
@@ -60,10 +68,16 @@ class WatchdogConfig:
         interval: between heartbeats.
         warn_after: silence before a peer is reported as silent.
         abort_after: silence before this process gives up on the job (``None``: never).
+            A store that does not answer for half of it ends the process too.
     """
     interval: float
     warn_after: float
     abort_after: Optional[float]
+
+    @property
+    def store_lost_after(self) -> Optional[float]:
+        """Seconds without an answer from the store before this process gives up."""
+        return None if self.abort_after is None else self.abort_after / 2
 
     @classmethod
     def for_timeout(cls, timeout: float) -> "WatchdogConfig":
@@ -82,12 +96,15 @@ class Watchdog:
         rank (int): this process's rank.
         world_size (int): ranks in the job.
         config (WatchdogConfig): timings.
+        address (str): where the store listens (for messages).
     """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int,
-                 config: WatchdogConfig) -> None:
+                 config: WatchdogConfig, address: str = "") -> None:
         self.store = dist.PrefixStore(PREFIX, store)
         self.rank, self.world_size, self.config = rank, world_size, config
+        self.address = address
+        self.answered = time.monotonic()  # when the store last answered
         self.peers: Dict[int, _Peer] = {r: _Peer() for r in range(world_size) if r != rank}
         self.states: Dict[int, str] = {}
         self._lock = threading.Lock()
@@ -98,13 +115,41 @@ class Watchdog:
         self._thread.start()
 
     def _run(self) -> None:
+        failure: Optional[BaseException] = None
         while not self._stop.wait(self.config.interval):
-            try:
-                self.store.add(str(self.rank), 1)
-                self._observe()
-            except Exception as exc:  # the store went away: the job is ending
-                log.debug("pyg_dist watchdog stopped: %s", exc)
-                return
+            if failure is None:
+                try:
+                    self.store.add(str(self.rank), 1)
+                    self.answered = time.monotonic()
+                    self._observe()
+                    continue
+                except Exception as exc:  # the store is unreachable
+                    if self._stop.is_set():  # this rank is leaving anyway
+                        return
+                    failure = exc
+                    log.warning("pyg_dist: %s; this rank stops if nothing listens there "
+                                "for %ss", self._store_problem(exc, lost=False),
+                                self.config.store_lost_after)
+            # torch's client does not reconnect (and logs a trace per failed call):
+            # from now on only whether anything still listens at the address counts
+            if _listening(self.address, self.config.interval):
+                self.answered = time.monotonic()
+            limit = self.config.store_lost_after
+            if limit is not None and time.monotonic() - self.answered > limit:
+                self._store_lost(failure)
+
+    def _store_problem(self, exc: BaseException, lost: bool = True) -> str:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        quiet = time.monotonic() - self.answered
+        return (f"the job's rendezvous store{' at ' + self.address if self.address else ''} "
+                f"has not answered for {quiet:.0f}s ({type(exc).__name__}: {first[:200]}): "
+                f"the torchrun agent hosting it (or its machine) {'was' if lost else 'may be'}"
+                f" lost")
+
+    def _store_lost(self, exc: BaseException) -> None:
+        _abort(f"{self._store_problem(exc)}, so this rank is orphaned: nothing can restart "
+               f"it or report its peers' failures. It stops (exit 1) instead of training "
+               f"on (PYG_DIST_WATCHDOG=warn only warns)")
 
     def _observe(self) -> None:
         keys = [str(r) for r in self.peers]
@@ -191,7 +236,7 @@ def start(ctx: DistContext, address: Optional[Tuple[str, int]] = None) -> Option
                                                  timeout=timedelta(seconds=ctx.rpc_timeout)),
                                    incarnation.current(ctx))
         _WATCHDOG = Watchdog(store, ctx.rank, ctx.world_size,
-                             WatchdogConfig.for_timeout(ctx.rpc_timeout))
+                             WatchdogConfig.for_timeout(ctx.rpc_timeout), f"{host}:{port}")
         _install_hooks()
     return _WATCHDOG
 
@@ -251,6 +296,18 @@ def _install_hooks() -> None:
     sys.excepthook = hook
     import atexit
     atexit.register(lambda: None if _HOOKS["failing"] else report_done())
+
+
+def _listening(address: str, timeout: float) -> bool:
+    """Whether something accepts connections at ``host:port``."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return True  # unknown address: cannot tell, assume so
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _abort(message: str) -> None:

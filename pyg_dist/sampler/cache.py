@@ -112,11 +112,38 @@ def halo_counts(graph: Any, node_type: NodeType) -> Tuple[Tensor, Tensor]:
     return halo, counts
 
 
+def check_budget(budget: Any) -> None:
+    """Raises unless ``budget`` is a ``feature_cache`` value: ``None``, bytes as an
+    ``int >= 0``, or a ``float`` fraction in ``[0, 1]`` (``0``: no cache).
+
+    Raises:
+        TypeError: naming ``feature_cache``, for another type (a ``bool`` included).
+        ValueError: naming ``feature_cache``, for a negative value or a fraction above 1.
+    """
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+        raise TypeError(f"feature_cache must be a number of bytes (int), a fraction of the "
+                        f"halo nodes (float in (0, 1]) or None, got "
+                        f"{type(budget).__name__} {budget!r}"[:200])
+    if isinstance(budget, float) and not 0 <= budget <= 1:
+        raise ValueError(f"feature_cache as a fraction must lie in (0, 1] (0: no cache), "
+                         f"got {budget}")
+    if budget < 0:
+        raise ValueError(f"feature_cache as bytes must be >= 0 (0: no cache), got {budget}")
+
+
 def choose(graph: Any, row_bytes: Dict[NodeType, int], budget: Budget,
            skip_parts: Tuple[int, ...] = ()) -> Dict[NodeType, Tensor]:
     """Global ids to cache per node type (sorted), most referenced first within the
-    budget; ids owned by ``skip_parts`` are never chosen."""
-    if not budget or budget <= 0:
+    budget; ids owned by ``skip_parts`` are never chosen.
+
+    Raises:
+        TypeError, ValueError: ``budget`` is not a ``feature_cache`` value
+            (:func:`check_budget`).
+    """
+    check_budget(budget)
+    if not budget:
         return {}
     ranked: List[Tuple[NodeType, Tensor, Tensor]] = []
     for node_type in row_bytes:

@@ -1,16 +1,24 @@
 """The file a machine's processes share a feature cache through, and its locks.
 
 A ``.pt`` file (``torch.save``; read with ``weights_only=True`` and mapped): ``format``,
-``version``, ``ids`` (per node type, sorted global ids) and ``rows`` (per node type and
-attribute, one row per id). Written under a random name, ``0600``, to a temporary name
-first and renamed, holding a shared ``flock`` from creation; every process mapping it
-holds one too, and the last to let go removes it (see :func:`holder`).
+``version``, ``ids`` (per node type, sorted global ids), ``rows`` (per node type and
+attribute, one row per id) and ``digest``, a content digest of ids and rows
+(:func:`payload_digest`, :mod:`pyg_dist.partition.digest`) checked when a process adopts
+the file, so bytes edited in place (mtime restored or not) are refused.
+
+Written under a random name, ``0600``. Every file a cleaner (:func:`clean_stale`, of any
+job on the machine) may remove is locked from the instant it has a name the cleaner
+matches: the writer creates it under a name no cleaner matches (``NEW_PREFIX``), takes
+its shared ``flock``, and only then renames it to the temporary name and, once written,
+to its final name. Every process mapping it holds a shared ``flock`` too, and the last to
+let go removes it (see :func:`holder`).
 """
 from __future__ import annotations
 
 import fcntl
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
@@ -18,6 +26,7 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 from torch import Tensor
 
+from pyg_dist.partition.digest import bytes_digest
 from pyg_dist.sampler.cache import FeatureCache
 from pyg_dist.store.source import FileId
 from pyg_dist.typing import NodeType
@@ -25,7 +34,12 @@ from pyg_dist.typing import NodeType
 log = logging.getLogger("pyg_dist")
 
 PREFIX = "pyg_dist-cache-"
-FORMAT, VERSION = "pyg_dist feature cache", 1
+#: names of files being created, before their lock is taken: never matched by PREFIX
+NEW_PREFIX = ".pyg_dist-new-"
+#: an unlocked NEW_PREFIX file older than this was left by a writer killed between
+#: creating and locking it (microseconds); only then may a cleaner remove it
+NEW_GRACE_S = 600.0
+FORMAT, VERSION = "pyg_dist feature cache", 2
 
 
 class SharedCacheError(RuntimeError):
@@ -45,20 +59,43 @@ def write(cache: FeatureCache, folder: Path) -> Tuple[str, int]:
     if st.f_bavail * st.f_frsize < need:
         raise OSError(28, f"needs {need / 1e6:.1f} MB, {st.f_bavail * st.f_frsize / 1e6:.1f} "
                           f"MB free (set PYG_DIST_CACHE_DIR to a larger memory-backed folder)")
-    name = f"{PREFIX}{uuid.uuid4().hex}.pt"
-    tmp, path = folder / f".{name}.tmp", folder / name
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    token = uuid.uuid4().hex
+    new, tmp, path = (folder / f"{NEW_PREFIX}{token}", folder / f".{PREFIX}{token}.pt.tmp",
+                      folder / f"{PREFIX}{token}.pt")
+    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # before any cleaner can match its name
+        os.rename(new, tmp)
         with open(fd, "wb", closefd=False) as f:
             torch.save({"format": FORMAT, "version": VERSION, "ids": cache.ids,
-                        "rows": cache.rows}, f)
+                        "rows": cache.rows, "digest": payload_digest(cache.ids, cache.rows)},
+                       f)
         os.replace(tmp, path)
     except BaseException:
         os.close(fd)
-        tmp.unlink(missing_ok=True)
+        for leftover in (new, tmp):
+            leftover.unlink(missing_ok=True)
         raise
     return str(path), fd
+
+
+def payload_digest(ids: Dict[NodeType, Tensor], rows: Dict[NodeType, Dict[str, Tensor]]
+                   ) -> str:
+    """The digest of a cache's contents: of every id and row tensor's bytes, in sorted
+    order of node type and attribute, with their names, dtypes and shapes.
+
+    Args:
+        ids: per node type, the cached ids.
+        rows: per node type and attribute, their rows.
+    """
+    parts = []
+    for node_type in sorted(ids):
+        named = [("ids", ids[node_type])] + sorted(rows.get(node_type, {}).items())
+        for name, t in named:
+            data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+            parts.append(f"{node_type}/{name}:{t.dtype}:{tuple(t.shape)}:"
+                         f"{bytes_digest(memoryview(data))}")
+    return bytes_digest("\n".join(parts).encode())
 
 
 def holder(fd: int, file: FileId) -> Callable[[], None]:
@@ -92,29 +129,44 @@ def _same(fd: int, path: str) -> bool:
 
 def clean_stale(folder: Path) -> int:
     """Removes this user's cache files (and unfinished writes) that no process holds:
-    left by killed jobs. Returns how many."""
+    left by killed jobs. Returns how many. Files still being created (``NEW_PREFIX``,
+    not locked yet) are left alone unless older than ``NEW_GRACE_S``."""
     removed = 0
-    for path in list(folder.glob(f"{PREFIX}*")) + list(folder.glob(f".{PREFIX}*")):
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            if not path.is_file() or path.is_symlink() or st.st_uid != os.geteuid():
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if _same(fd, str(path)):
-                os.unlink(path)
-                removed += 1
-        except BlockingIOError:
-            pass  # in use
-        finally:
-            os.close(fd)
+    new = [p for p in folder.glob(f"{NEW_PREFIX}*") if _older(p, NEW_GRACE_S)]
+    for path in list(folder.glob(f"{PREFIX}*")) + list(folder.glob(f".{PREFIX}*")) + new:
+        removed += _remove_unheld(path)
     if removed:
         log.info("pyg_dist: removed %d feature cache file(s) of ended jobs from %s", removed,
                  folder)
     return removed
+
+
+def _older(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - os.stat(path, follow_symlinks=False).st_mtime > seconds
+    except OSError:
+        return False
+
+
+def _remove_unheld(path: Path) -> int:
+    """Removes ``path`` (1) if it is this user's regular file and no process holds it."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if not path.is_file() or path.is_symlink() or st.st_uid != os.geteuid():
+            return 0
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _same(fd, str(path)):
+            os.unlink(path)
+            return 1
+    except BlockingIOError:
+        pass  # in use
+    finally:
+        os.close(fd)
+    return 0
 
 
 def check_payload(payload: Any, fetcher: Any, path: str
@@ -145,6 +197,24 @@ def check_payload(payload: Any, fetcher: Any, path: str
                       f"owned by other partitions")
         _check_rows(rows[node_type], fetcher, node_type, t.numel(), bad)
     return ids, rows
+
+
+def check_digest(payload: Dict[str, Any], ids: Dict[NodeType, Tensor],
+                 rows: Dict[NodeType, Dict[str, Tensor]], path: str) -> None:
+    """Checks checked ``(ids, rows)`` of a loaded cache file against the digest its
+    writer recorded (reads every byte once: call when adopting a file, not per read).
+
+    Raises:
+        SharedCacheError: naming ``path``, when the digest is missing or differs.
+    """
+    recorded = payload.get("digest")
+    if not isinstance(recorded, str):
+        raise SharedCacheError(f"shared feature cache {path}: no content digest recorded")
+    found = payload_digest(ids, rows)
+    if found != recorded:
+        raise SharedCacheError(
+            f"shared feature cache {path}: contents differ from the digest recorded when it "
+            f"was written (edited in place or damaged); expected {recorded}, found {found}")
 
 
 def _check_rows(attrs: Any, fetcher: Any, node_type: NodeType, count: int,

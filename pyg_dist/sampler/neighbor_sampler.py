@@ -16,7 +16,7 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
                                      NegativeSampling, NodeSamplerInput, SamplerOutput)
 
 from pyg_dist.partition.meta import PartitionMeta
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler import shared_cache
@@ -79,7 +79,7 @@ class DistNeighborSampler(BaseSampler):
         self.features, self.graph, self.meta = features, graph, graph.meta
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr)
-        self.group, self.local = serving_group(current_ctx, features, graph)
+        self.group, self.local = serving_group(check_context(current_ctx), features, graph)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
                                       original_ids=True)
         if feature_cache:

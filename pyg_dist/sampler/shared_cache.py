@@ -7,8 +7,9 @@ fetches the rows once and writes them to a file in a memory-backed folder
 (``PYG_DIST_CACHE_DIR``, default ``/dev/shm``); the others, and the sampler workers of
 all of them, map that file. A machine then holds one cache per partition it serves, not
 one per trainer and worker process. Every process checks what it maps: the same file
-(device, inode, size, time), a sound layout, and (trainers) exactly the ids it would
-have cached itself.
+(device, inode, size, time), a sound layout, contents matching the digest its writer
+recorded (checked once, when the file is adopted), and (trainers) exactly the ids it
+would have cached itself.
 
 Lifetime: every process that maps the file holds a shared ``flock`` on it from the
 moment it exists; the last one to let go (:meth:`FeatureCache.close`, garbage
@@ -35,7 +36,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.cache import Budget, FeatureCache
-from pyg_dist.sampler.cache_file import SharedCacheError, check_payload, holder, write
+from pyg_dist.sampler.cache_file import (SharedCacheError, check_digest, check_payload,
+                                         holder, write)
 from pyg_dist.sampler.direct import machine_id
 from pyg_dist.store.source import FileId
 from pyg_dist.typing import NodeType
@@ -106,7 +108,7 @@ def _build_here(fetcher: Any, store: Any, key: str, chosen: Dict[NodeType, Tenso
             return private
         file = FileId.of(path)
         store.set(f"{key}/file", json.dumps({"file": asdict(file)}))
-        return _open(fetcher, file, fd, row_bytes)
+        return _open(fetcher, file, fd, row_bytes, verify=False)  # digested as written
     except BaseException as exc:
         store.set(f"{key}/file", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         raise
@@ -155,7 +157,8 @@ def attach(fetcher: Any, file: FileId, row_bytes: Optional[Dict[NodeType, int]] 
 
     Raises:
         FileNotFoundError: the file is gone.
-        SharedCacheError: it was replaced or holds something else.
+        SharedCacheError: it was replaced, holds something else, or its contents differ
+            from the digest recorded when it was written (naming the file).
     """
     fd = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
@@ -174,12 +177,16 @@ def attach(fetcher: Any, file: FileId, row_bytes: Optional[Dict[NodeType, int]] 
     return _open(fetcher, file, fd, row_bytes)
 
 
-def _open(fetcher: Any, file: FileId, fd: int, row_bytes: Dict[NodeType, int]) -> FeatureCache:
-    """The cache mapped from ``file``; ``fd`` holds its shared lock from now on."""
+def _open(fetcher: Any, file: FileId, fd: int, row_bytes: Dict[NodeType, int],
+          verify: bool = True) -> FeatureCache:
+    """The cache mapped from ``file``; ``fd`` holds its shared lock from now on. With
+    ``verify``, its contents are checked against the digest its writer recorded."""
     release = holder(fd, file)
     try:
         payload = torch.load(file.path, map_location="cpu", weights_only=True, mmap=True)
         ids, rows = check_payload(payload, fetcher, file.path)
+        if verify:
+            check_digest(payload, ids, rows, file.path)
     except BaseException:
         release()
         raise

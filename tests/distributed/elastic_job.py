@@ -8,7 +8,8 @@ original ids (``nid``/``oid`` of an id-encoded graph) of the seeds and of the no
 edges the batch holds.
 
 ``--fault kill|stop`` makes rank 1 SIGKILL or SIGSTOP itself after ``--fault-after``
-batches, once per job (``OUT/fault.done`` marks it done: with c10d rendezvous on several
+batches, once per job; ``--fault agent`` makes it SIGKILL its torchrun agent instead
+(the store's host), leaving the trainers orphaned (``OUT/fault.done`` marks it done: with c10d rendezvous on several
 machines, a machine restarted for another's loss keeps ``TORCHELASTIC_RESTART_COUNT``).
 """
 from __future__ import annotations
@@ -32,8 +33,9 @@ def main() -> None:
     parser.add_argument("--parts", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--num-workers", type=int, default=0)
-    parser.add_argument("--fault", choices=["none", "kill", "stop"], default="none")
+    parser.add_argument("--fault", choices=["none", "kill", "stop", "agent"], default="none")
     parser.add_argument("--fault-after", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
     args = parser.parse_args()
 
     ctx = DistContext.from_env()
@@ -49,7 +51,7 @@ def main() -> None:
                                 batch_size=16, shuffle=False, num_workers=args.num_workers,
                                 current_ctx=ctx)
     batches = []
-    for i, batch in enumerate(loader):
+    for i, batch in enumerate(b for _ in range(args.epochs) for b in loader):
         dist.all_reduce(torch.ones(1))  # like DDP's backward: every rank, every batch
         batches.append({"seeds": batch.nid[:batch.batch_size].tolist(),
                         "nid": sorted(batch.nid.tolist()), "oid": sorted(batch.oid.tolist())})
@@ -57,7 +59,10 @@ def main() -> None:
         if args.fault != "none" and ctx.rank == 1 and i + 1 == args.fault_after and \
                 not (out / "fault.done").exists():
             (out / "fault.done").touch()
-            os.kill(os.getpid(), signal.SIGKILL if args.fault == "kill" else signal.SIGSTOP)
+            if args.fault == "agent":
+                os.kill(os.getppid(), signal.SIGKILL)
+            else:
+                os.kill(os.getpid(), signal.SIGKILL if args.fault == "kill" else signal.SIGSTOP)
     loader.close()
     shutdown_rpc()
     result = {"rank": ctx.rank, "restart": restart, "seeds": ids.tolist(), "batches": batches}

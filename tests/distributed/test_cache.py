@@ -18,6 +18,8 @@ from pyg_dist import (DistContext, DistNeighborSampler, LocalFeatureStore, Local
 from pyg_dist.partition import io
 from pyg_dist.testing import run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns processes
+
 
 def _fetch(sampler, nodes: Dict, cached: bool):
     fetcher, cache = sampler.fetcher, sampler.fetcher.cache

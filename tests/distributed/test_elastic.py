@@ -29,6 +29,8 @@ from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
 from pyg_dist.partition.id_maps import read_id_map
 from test_training import Job, assert_no_leftovers, processes_with, start
 
+pytestmark = pytest.mark.multiprocess  # every test here spawns processes
+
 JOB = Path(__file__).resolve().parent / "elastic_job.py"
 
 
@@ -163,3 +165,25 @@ def test_two_machines_continue_after_one_loses_its_rank(cora_ids, tmp_path):
     assert_no_leftovers(marker, jobs[0])
     assert (out / "fault.done").exists() and len(list(out.glob("*.started"))) >= 3
     check_samples(data, root, out, None, jobs[0])
+
+
+@pytest.mark.timeout(300)
+def test_orphaned_trainers_exit_within_the_bound_naming_the_lost_agent(cora_ids, tmp_path):
+    """torchrun's agent SIGKILLed mid-training (one sampler worker per rank): the
+    orphaned trainers and their workers are gone within twice the timeout (at least
+    60 s) of it, and say the store and its agent were lost. Before, they took 190 s and
+    blamed a worker that runs its code at import time."""
+    _, root = cora_ids
+    out, marker = tmp_path / "out", uuid.uuid4().hex
+    out.mkdir()
+    cmd = elastic_cmd("static", free_port(), ["--parts", str(root), "--out", str(out),
+                                              "--fault", "agent", "--num-workers", "1",
+                                              "--epochs", "100000"])
+    job = finish(cmd, start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": "20"}), marker, 260)
+    took = time.time() - (out / "fault.done").stat().st_mtime  # the pipe closes last
+    assert took <= 60 + 10, f"orphans exited {took:.0f}s after the agent died\n{job.describe()}"
+    assert re.search(r"rendezvous store at \S+ has not answered for \d+s", job.output), \
+        job.describe()
+    assert "torchrun agent hosting it (or its machine) was lost" in job.output, job.describe()
+    assert "runs its code at import time" not in job.output, job.describe()
+    assert_no_leftovers(marker, job)

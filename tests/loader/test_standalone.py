@@ -136,3 +136,76 @@ def test_non_integer_fan_outs_are_refused_not_truncated(cora1, fanout):
     with pytest.raises(TypeError, match="must be integers"):
         DistNeighborLoader(data=stores, num_neighbors=fanout, input_nodes=[1, 2],
                            batch_size=2, current_ctx=ctx)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(feature_cache="lots"), TypeError, r"feature_cache must be a number of bytes"),
+    (dict(feature_cache=-0.5), ValueError, r"feature_cache as a fraction must lie in"),
+    (dict(feature_cache=1.5), ValueError, r"feature_cache as a fraction"),
+    (dict(feature_cache=-3), ValueError, r"feature_cache as bytes must be >= 0"),
+    (dict(feature_cache=True), TypeError, r"feature_cache must be"),
+    (dict(current_ctx="ctx"), TypeError, r"current_ctx must be a pyg_dist.DistContext"),
+    (dict(shuffle="yes"), TypeError, r"shuffle must be True or False, got str 'yes'"),
+    (dict(drop_last=1), TypeError, r"drop_last must be True or False"),
+    (dict(replace="no"), TypeError, r"replace must be True or False"),
+    (dict(disjoint=None), TypeError, r"disjoint must be True or False"),
+    (dict(even_batches="yes"), TypeError, r"even_batches must be True or False"),
+    (dict(pin_memory="yes"), TypeError, r"pin_memory must be True or False \(or None\)"),
+    (dict(seed="1"), TypeError, r"seed must be an integer"),
+    (dict(seed=1.5), TypeError, r"seed must be an integer"),
+    (dict(transform="norm"), TypeError, r"transform must be a callable"),
+    (dict(device="gpu0"), ValueError, r"device='gpu0' is not a device"),
+    (dict(device=[0]), TypeError, r"device must be a torch.device"),
+    (dict(time_attr=3), TypeError, r"time_attr must be an attribute name"),
+    (dict(weight_attr=b"w"), TypeError, r"weight_attr must be an attribute name"),
+    (dict(batch_size="8"), ValueError, r"batch_size must be an integer >= 1"),
+    (dict(num_workers=-1), ValueError, r"num_workers must be an integer >= 0"),
+])
+@pytest.mark.parametrize("loader", ["node", "link"])
+def test_bad_loader_arguments_name_the_argument(cora1, loader, kwargs, error, match):
+    _, stores, ctx = cora1
+    kwargs = {"current_ctx": ctx, **kwargs}
+    with pytest.raises(error, match=match):
+        if loader == "node":
+            DistNeighborLoader(data=stores, num_neighbors=[2], **kwargs)
+        else:
+            DistLinkNeighborLoader(data=stores, num_neighbors=[2], **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(feature_cache="lots"), TypeError, r"feature_cache must be a number of bytes"),
+    (dict(feature_cache=-0.5), ValueError, r"feature_cache as a fraction must lie in"),
+    (dict(current_ctx="ctx"), TypeError, r"current_ctx must be a pyg_dist.DistContext"),
+])
+def test_bad_sampler_arguments_name_the_argument(cora1, kwargs, error, match):
+    _, stores, ctx = cora1
+    kwargs = {"current_ctx": ctx, **kwargs}
+    with pytest.raises(error, match=match):
+        DistNeighborSampler(stores, num_neighbors=[2], **kwargs)
+
+
+def test_num_threads_must_be_a_positive_integer(cora1):
+    _, stores, ctx = cora1
+    loader = DistNeighborLoader(data=stores, num_neighbors=[2], current_ctx=ctx)
+    with pytest.raises(ValueError, match="num_threads must be an integer >= 1"):
+        with loader.enable_multithreading("2"):
+            pass
+    loader.close()
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(edge_label=[1, 0]), TypeError, r"edge_label must be a tensor"),
+    (dict(edge_label_time=3), TypeError, r"edge_label_time must be a tensor"),
+    (dict(neg_sampling_ratio="1"), ValueError, r"neg_sampling_ratio must be a number > 0"),
+    (dict(neg_sampling_ratio=-1.0), ValueError, r"neg_sampling_ratio must be a number > 0"),
+])
+def test_bad_link_seed_arguments_name_the_argument(cora1, kwargs, error, match):
+    _, stores, ctx = cora1
+    with pytest.raises(error, match=match):
+        DistLinkNeighborLoader(data=stores, num_neighbors=[2], current_ctx=ctx, **kwargs)
+
+
+def test_input_time_must_be_a_tensor(cora1):
+    _, stores, ctx = cora1
+    with pytest.raises(TypeError, match="input_time must be a tensor"):
+        DistNeighborLoader(data=stores, num_neighbors=[2], input_time=[1, 2], current_ctx=ctx)
