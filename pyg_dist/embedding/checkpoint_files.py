@@ -7,6 +7,7 @@
                                  (its digest is in the manifest, checked before loading)
     PATH/<version>/manifest.json what the version holds (see checkpoint_manifest)
     PATH/<version>/DONE          written after the manifest: the version is complete
+                                 ("complete <digest of manifest.json>", checked at load)
 
 Every save writes a new version folder and, once it is complete, replaces
 ``LATEST`` atomically (written under a temporary name, then ``os.replace``); older
@@ -30,7 +31,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding.checkpoint_manifest import CheckpointError, ShardEntry, TensorEntry
-from pyg_dist.partition.digest import DigestMismatch, check_file, file_digest
+from pyg_dist.partition.digest import DigestMismatch, bytes_digest, check_file, file_digest
 
 LATEST = "LATEST"
 MANIFEST = "manifest.json"
@@ -97,11 +98,30 @@ def current_version(root: Path) -> Tuple[Path, str]:
         if not (folder / DONE).is_file() or not (folder / MANIFEST).is_file():
             raise CheckpointError(f"{pointer} names version {name}, but {folder} has no "
                                   f"{DONE} marker or {MANIFEST}")
+        _check_manifest(folder)
         return folder, name
     if (root / DONE).is_file() and (root / MANIFEST).is_file():
         return root, LAYOUT_1
     raise CheckpointError(f"{root} is not a complete pyg_dist checkpoint (no {LATEST} "
                           f"pointer, nor {DONE} and {MANIFEST}): was the save interrupted?")
+
+
+def _check_manifest(folder: Path) -> None:
+    """Checks ``manifest.json`` against the digest ``DONE`` records (versions written
+    before digests existed record none)."""
+    done = folder / DONE
+    try:
+        if not stat.S_ISREG(os.lstat(done).st_mode):
+            raise CheckpointError(f"{done}: not a regular file")
+        with open(done, "rb") as handle:
+            words = handle.read(256).decode("utf-8", errors="replace").split()
+        if words[:1] != ["complete"] or len(words) > 2:
+            raise CheckpointError(f"{done}: not a completion marker")
+        if len(words) == 2:
+            check_file(folder / MANIFEST, words[1])
+    except (DigestMismatch, OSError) as exc:
+        raise CheckpointError(str(exc) if str(folder) in str(exc) else f"{done}: {exc}") \
+            from None
 
 
 def new_version(root: Path) -> str:
@@ -122,7 +142,8 @@ def publish(root: Path, name: str, manifest_json: str) -> None:
     and the files of a first-release checkpoint in ``root``."""
     folder = root / name
     atomic_write(folder / MANIFEST, lambda f: f.write(manifest_json), binary=False)
-    atomic_write(folder / DONE, lambda f: f.write("complete\n"), binary=False)
+    done = f"complete {bytes_digest(manifest_json.encode())}\n"
+    atomic_write(folder / DONE, lambda f: f.write(done), binary=False)
     _fsync_dir(folder)
     atomic_write(root / LATEST, lambda f: f.write(name + "\n"), binary=False)
     _fsync_dir(root)

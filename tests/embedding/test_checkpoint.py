@@ -186,6 +186,8 @@ def _edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], Path]:
         manifest = json.loads(file.read_text())
         change(manifest)
         file.write_text(json.dumps(manifest))
+        done = file.with_name("DONE")  # its digest of the manifest, as an editor can
+        done.write_text(f"complete {file_digest(file)}\n")
         return file
     return edit
 
@@ -281,3 +283,18 @@ def test_reads_the_first_layout_and_replaces_it_on_save(tmp_path: Path) -> None:
     emb.weight[torch.arange(N)] = torch.zeros(N, D)
     emb.load(tmp_path / "emb")
     assert torch.equal(emb.weight[torch.arange(N)], _rows(7.0))
+
+
+def test_a_manifest_edited_in_place_is_named(tmp_path: Path) -> None:
+    """A hyper-parameter changed in place (same size, still valid JSON) would load
+    silently: ``DONE`` records the manifest's digest."""
+    emb = _table("edited_manifest")
+    opt = SparseAdagrad(emb, lr=0.25)
+    save_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
+    manifest = next(tmp_path.rglob("manifest.json"))
+    text = manifest.read_text()
+    assert text.count("0.25") == 1
+    manifest.write_text(text.replace("0.25", "0.75"))
+    with pytest.raises(CheckpointError, match=re.escape(str(manifest))):
+        load_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
+    assert opt.lr == 0.25
