@@ -83,8 +83,9 @@ def read_metadata(file: Path) -> Metadata:
         if not isinstance(rel, str) or Path(rel).name != rel or rel in ("", ".", "..") \
                 or any(type(v) is not int or v < 0 for v in (offset, length)) \
                 or getattr(where, "transform_descriptors", None):
-            raise CheckpointError(f"{file}: entry {getattr(index, 'fqn', index)!r} points to "
-                                  f"{where!r}, not to a byte range of a file in its folder")
+            raise CheckpointError(f"{file}: entry {str(getattr(index, 'fqn', '?'))[:80]!r} "
+                                  f"points to {rel!r:.80}, not to a byte range of a file in "
+                                  f"its folder")
     return metadata
 
 

@@ -216,3 +216,17 @@ def test_a_version_1_checkpoint_still_loads(tmp_path: Path) -> None:
     info = checkpoint.load(tmp_path / "ckpt", model=fresh, optimizer=fresh_opt)
     assert info.step == 1
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+
+
+def test_metadata_pointing_outside_the_folder_is_refused(tmp_path: Path) -> None:
+    folder = _save(tmp_path / "ckpt")
+    canary = tmp_path / "canary.distcp"
+    canary.write_bytes((folder / "model" / "__0_0.distcp").read_bytes())
+    meta_file = folder / "model" / ".metadata"
+    metadata = pickle.loads(meta_file.read_bytes())  # our own file: trusted here
+    for where in metadata.storage_data.values():
+        where.relative_path = "../../../canary.distcp"
+    meta_file.write_bytes(pickle.dumps(metadata))
+    _resign(folder)
+    with pytest.raises(CheckpointError, match=r"model/\.metadata.*not to a byte range"):
+        _load_model(tmp_path / "ckpt")
