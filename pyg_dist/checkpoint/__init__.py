@@ -21,10 +21,15 @@ rescale. Loader positions within an epoch do not map to another world size (each
 seeds differ), so then every loader starts at the beginning of the epoch after the saved
 position (the rest of the interrupted epoch is skipped, nothing is repeated), and a
 warning says so. An error on any rank raises on every rank, naming the rank.
+
+A checkpoint from elsewhere is safe to load: nothing in it is unpickled beyond tensors and
+plain containers (DCP's metadata goes through a restricted unpickler, its values and every
+other ``.pt`` file through ``torch.load(weights_only=True)``, the rest is JSON checked field
+by field), every file read is checked against the digest recorded at save time, and a
+damaged checkpoint raises :class:`CheckpointError` naming the file.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -34,8 +39,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from pyg_dist.checkpoint import files
-from pyg_dist.checkpoint.dense import load_dense, save_dense
+from pyg_dist.checkpoint import args, files
+from pyg_dist.checkpoint.dense import check_dense, load_dense, save_dense
 from pyg_dist.embedding.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.embedding.checkpoint_manifest import CheckpointError
 from pyg_dist.loader.state import LoaderState
@@ -100,29 +105,8 @@ class _Ranks:
         return [v for _, v in gathered]
 
 
-def _as_list(value: Any) -> List[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
 def _restarts() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-
-
-def _check_save(step: int, keep: int, extra: Any, model: Any, optimizers: List[Any]) -> None:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an integer >= 0, got {step!r}")
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
-    if optimizers and model is None:
-        raise ValueError("optimizer given without its model: pass model=... too")
-    try:
-        json.dumps(extra)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"extra must be a dict of JSON values: {exc}") from None
-    if not isinstance(extra, dict):
-        raise ValueError(f"extra must be a dict, got {type(extra).__name__}")
 
 
 def save(path: PathLike, step: int, *, model: Optional[torch.nn.Module] = None,
@@ -144,27 +128,30 @@ def save(path: PathLike, step: int, *, model: Optional[torch.nn.Module] = None,
 
     Returns:
         the name of the new version.
+
+    Raises:
+        TypeError, ValueError: naming the argument that is not what is expected.
+        CheckpointError: when ``path/LATEST`` exists but is not a regular file.
     """
-    ranks, root, extra = _Ranks.current(), Path(path), extra if extra is not None else {}
-    model_opts, emb, emb_opts = _as_list(optimizer), _as_list(embeddings), \
-        _as_list(sparse_optimizers)
-    loaders = list(loaders)
-    what = (model is not None, len(model_opts), bool(emb or emb_opts), len(loaders))
-    error, name = None, None
+    ranks, extra = _Ranks.current(), extra if extra is not None else {}
+    error, name, objs, what = None, None, None, None
     try:
-        _check_save(step, keep, extra, model, model_opts)
+        args.check_path(path)
+        objs = args.objects(model, optimizer, embeddings, sparse_optimizers, loaders)
+        args.check_save(step, keep, extra)
+        what = objs.kinds()
         if ranks.rank == 0:
-            root.mkdir(parents=True, exist_ok=True)
+            Path(path).mkdir(parents=True, exist_ok=True)
+            files.check_pointer(Path(path))
             name = files.new_name(step)
-            (root / name).mkdir()
+            (Path(path) / name).mkdir()
     except Exception as exc:  # raised on every rank by gather
         error = exc
-    gathered = ranks.gather(error, (name, what), f"saving checkpoint {root}")
+    gathered = ranks.gather(error, (name, what), f"saving checkpoint {path}")
     _same_everywhere([w for _, w in gathered], "save")
-    name = gathered[0][0]
+    root, name = Path(path), gathered[0][0]
     try:
-        _save_parts(ranks, root, name, step, model, model_opts, emb, emb_opts, loaders, extra,
-                    keep)
+        _save_parts(ranks, root, name, step, objs, extra, keep)
     except Exception:
         if ranks.rank == 0:  # the previous version stays current
             files.remove(root / name)
@@ -180,37 +167,61 @@ def _same_everywhere(whats: List[Any], verb: str) -> None:
                          f": every rank must pass the same kinds")
 
 
-def _save_parts(ranks: _Ranks, root: Path, name: str, step: int, model: Any,
-                model_opts: List[Any], emb: List[Any], emb_opts: List[Any],
-                loaders: List[Any], extra: Dict[str, Any], keep: int) -> None:
+def _save_parts(ranks: _Ranks, root: Path, name: str, step: int, objs: args.Objects,
+                extra: Dict[str, Any], keep: int) -> None:
     folder = root / name
-    if model is not None:
-        save_dense(folder / files.MODEL, model, model_opts, ranks.group)
-    if emb or emb_opts:
-        save_checkpoint(folder / files.EMBEDDINGS, emb, emb_opts)
+    if objs.model is not None:
+        save_dense(folder / files.MODEL, objs.model, objs.optimizers, ranks.group)
+    if objs.embeddings or objs.sparse_optimizers:
+        save_checkpoint(folder / files.EMBEDDINGS, objs.embeddings, objs.sparse_optimizers)
     error = None
     try:
         files.write_rank_state(folder / files.rank_file(ranks.rank), ranks.rank,
-                               ranks.world_size, [ld.state_dict() for ld in loaders],
+                               ranks.world_size, [ld.state_dict() for ld in objs.loaders],
                                torch.get_rng_state())
     except Exception as exc:
         error = exc
     ranks.gather(error, None, f"saving checkpoint {root}")
+    digests = _digest_version(ranks, folder)
     try:
         if ranks.rank == 0:
-            info = files.Info(step, ranks.world_size, _restarts(), model is not None,
-                              bool(model_opts), bool(emb or emb_opts), len(loaders), extra)
+            info = files.Info(step, ranks.world_size, _restarts(), objs.model is not None,
+                              bool(objs.optimizers), bool(objs.embeddings or
+                                                          objs.sparse_optimizers),
+                              len(objs.loaders), extra, digests)
             files.publish(root, name, info, keep)
     except Exception as exc:
         error = exc
     ranks.gather(error, None, f"publishing checkpoint {root / name}")
 
 
+def _digest_version(ranks: _Ranks, folder: Path) -> Dict[str, str]:
+    """Collective: the digest of every file of the version ``folder`` (rank 0 lists them,
+    each rank reads its share)."""
+    error, names, digests = None, None, {}
+    try:
+        names = files.version_files(folder) if ranks.rank == 0 else None
+    except Exception as exc:
+        error = exc
+    names = ranks.gather(error, names, f"listing checkpoint {folder}")[0]
+    try:
+        digests = files.digest_files(folder, names[ranks.rank::ranks.world_size])
+    except Exception as exc:
+        error = exc
+    shares = ranks.gather(error, digests, f"computing digests of checkpoint {folder}")
+    return {rel: value for share in shares for rel, value in sorted(share.items())}
+
+
 def load(path: PathLike, *, model: Optional[torch.nn.Module] = None, optimizer: Any = None,
          embeddings: Any = (), sparse_optimizers: Any = (), loaders: Sequence[Any] = (),
          restore_rng: bool = True) -> Optional[CheckpointInfo]:
     """Loads the current version of checkpoint ``path`` into the objects given
-    (collective). Returns ``None`` on every rank when there is no checkpoint yet.
+    (collective). Returns ``None`` on every rank when there is no checkpoint yet (no
+    ``path`` or no ``LATEST`` in it).
+
+    Nothing is unpickled beyond plain tensors and containers: DCP's metadata goes through
+    a restricted unpickler, every other file through ``weights_only=True`` or JSON. Every
+    file that is read is first checked against the digest recorded at save time.
 
     Args:
         path: the checkpoint folder.
@@ -220,39 +231,35 @@ def load(path: PathLike, *, model: Optional[torch.nn.Module] = None, optimizer: 
             size only), so dropout after a resume draws as it would have.
 
     Raises:
-        CheckpointError: naming the file, when the checkpoint is damaged or lacks what is
-            asked for (:class:`RuntimeError` naming the rank on the others).
+        CheckpointError: naming the file, when the checkpoint is damaged (also a
+            ``LATEST`` that is not a regular file naming a complete version) or lacks what
+            is asked for (:class:`RuntimeError` naming the rank on the others).
+        TypeError, ValueError: naming the argument that is not what is expected.
     """
-    ranks, root = _Ranks.current(), Path(path)
-    model_opts, emb, emb_opts = _as_list(optimizer), _as_list(embeddings), \
-        _as_list(sparse_optimizers)
-    loaders = list(loaders)
-    error, found = None, None
+    ranks = _Ranks.current()
+    error, found, objs = None, None, None
     try:
-        if optimizer is not None and model is None:
-            raise ValueError("optimizer given without its model: pass model=... too")
-        name = files.current(root) if root.is_dir() else None
-        found = (name, files.Info.read(root / name / files.INFO).__dict__) if name else None
-        if found is not None:
-            _check_holds(root / name, files.Info(**found[1]), model, model_opts, emb or emb_opts,
-                         loaders)
+        args.check_path(path)
+        objs = args.objects(model, optimizer, embeddings, sparse_optimizers, loaders)
+        args.check_flag(restore_rng, "restore_rng")
+        found = _check_version(Path(path), objs, ranks, restore_rng)
     except Exception as exc:  # raised on every rank by gather
         error = exc
-    gathered = ranks.gather(error, found, f"loading checkpoint {root}")
+    gathered = ranks.gather(error, found, f"loading checkpoint {path}")
     if len({repr(g) for g in gathered}) > 1:
-        raise CheckpointError(f"ranks see different versions of checkpoint {root}: is it on a "
+        raise CheckpointError(f"ranks see different versions of checkpoint {path}: is it on a "
                               f"file system every rank shares?")
     if found is None:
         return None
     name, info = found[0], files.Info(**found[1])
-    folder = root / name
-    if model is not None:
-        load_dense(folder / files.MODEL, model, model_opts, ranks.group)
-    if emb or emb_opts:
-        load_checkpoint(folder / files.EMBEDDINGS, emb, emb_opts)
+    folder = Path(path) / name
+    if objs.model is not None:
+        load_dense(folder / files.MODEL, objs.model, objs.optimizers, ranks.group)
+    if objs.embeddings or objs.sparse_optimizers:
+        load_checkpoint(folder / files.EMBEDDINGS, objs.embeddings, objs.sparse_optimizers)
     exact, positions = info.world_size == ranks.world_size, []
     try:
-        positions = _restore_positions(folder, info, ranks, loaders, exact, restore_rng)
+        positions = _restore_positions(folder, info, ranks, objs.loaders, exact, restore_rng)
     except Exception as exc:
         error = exc
     ranks.gather(error, None, f"loading checkpoint {folder}")
@@ -260,14 +267,38 @@ def load(path: PathLike, *, model: Optional[torch.nn.Module] = None, optimizer: 
                           positions, info.extra)
 
 
-def _check_holds(folder: Path, info: files.Info, model: Any, model_opts: List[Any],
-                 embeddings: bool, loaders: List[Any]) -> None:
+def _check_version(root: Path, objs: args.Objects, ranks: _Ranks,
+                   restore_rng: bool) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """The current version's name and ``info.json`` fields (``None`` without one), after
+    checking that it holds what is asked for, that this rank's share of the files to
+    read match their digests, and the model's DCP metadata."""
+    name = files.current(root)
+    if name is None:
+        return None
+    folder = root / name
+    info = files.Info.read(folder / files.INFO)
+    _check_holds(folder, info, objs)
+    reads = [files.MODEL + "/"] if objs.model is not None else []
+    reads += [files.EMBEDDINGS + "/"] if objs.embeddings or objs.sparse_optimizers else []
+    reads += ["rank_"] if objs.loaders or restore_rng else []
+    if info.digests is None:
+        files.note_old_version(folder)
+    else:
+        needed = [rel for rel in sorted(info.digests) if rel.startswith(tuple(reads))]
+        files.verify_files(folder, info.digests, needed[ranks.rank::ranks.world_size])
+    if objs.model is not None:
+        check_dense(folder / files.MODEL)
+    return name, info.__dict__
+
+
+def _check_holds(folder: Path, info: files.Info, objs: args.Objects) -> None:
     missing = [what for what, asked, held in (
-        ("a model", model is not None, info.model),
-        ("dense optimizer state", bool(model_opts), info.optimizer),
-        ("embeddings", embeddings, info.embeddings)) if asked and not held]
-    if loaders and len(loaders) != info.loaders:
-        missing.append(f"{len(loaders)} loader state(s) (it has {info.loaders})")
+        ("a model", objs.model is not None, info.model),
+        ("dense optimizer state", bool(objs.optimizers), info.optimizer),
+        ("embeddings", bool(objs.embeddings or objs.sparse_optimizers), info.embeddings))
+        if asked and not held]
+    if objs.loaders and len(objs.loaders) != info.loaders:
+        missing.append(f"{len(objs.loaders)} loader state(s) (it has {info.loaders})")
     if missing:
         raise CheckpointError(f"checkpoint {folder} holds no {', '.join(missing)}")
 

@@ -119,8 +119,8 @@ def save_checkpoint(path: PathLike, embeddings: Embeddings = (),
     comm, root = Comm.current(), Path(path)
     tables, opts, version = _prepare_save(comm, root, embeddings, optimizers)
     try:
-        _write_shards(comm, root / version, _tensors(tables + opts))
-        _publish(comm, root, version, tables, opts)
+        digests = _write_shards(comm, root / version, _tensors(tables + opts))
+        _publish(comm, root, version, tables, opts, digests)
     except Exception:
         if comm.rank == 0:  # the failed version (the checkpoint stays the previous one)
             files.discard(root, version)
@@ -152,28 +152,32 @@ def _prepare_save(comm: Comm, root: Path, embeddings: Embeddings,
     return tables, opts, _gather(comm, error, version, f"creating a version in {root}")[0]
 
 
-def _write_shards(comm: Comm, folder: Path, tensors: List[DistTensor]) -> None:
-    """Collective: every rank writes its rows of every tensor into ``folder``."""
+def _write_shards(comm: Comm, folder: Path, tensors: List[DistTensor]) -> Dict[str, str]:
+    """Collective: every rank writes its rows of every tensor into ``folder``; returns
+    the digest of every rank's shard files."""
     error: Optional[Exception] = None
+    digests: Dict[str, str] = {}
     try:
         for i, tensor in enumerate(tensors):
             start, stop = tensor.local_range
+            name = files.shard_file(i, comm.rank)
             with tensor.lock:
-                files.write_shard(folder / files.shard_file(i, comm.rank), start, stop,
-                                  tensor.local_data)
-    except Exception as exc:  # re-raised by agree, after every rank learnt of it
+                digests[name] = files.write_shard(folder / name, start, stop,
+                                                  tensor.local_data)
+    except Exception as exc:  # re-raised by _gather, after every rank learnt of it
         error = exc
-    comm.agree(error, f"writing checkpoint shards into {folder}")
+    shares = _gather(comm, error, digests, f"writing checkpoint shards into {folder}")
+    return {name: value for share in shares for name, value in share.items()}
 
 
 def _publish(comm: Comm, root: Path, version: str, tables: List[_Part],
-             opts: List[_Part]) -> None:
+             opts: List[_Part], digests: Dict[str, str]) -> None:
     """Collective: rank 0 checks that every shard is there, completes the version and
     makes it the current one."""
     error: Optional[Exception] = None
     if comm.rank == 0:
         try:
-            manifest = _manifest(tables, opts, comm.world_size)
+            manifest = _manifest(tables, opts, comm.world_size, digests)
             expected = {s.file: r for p in manifest.embeddings + manifest.optimizers
                         for t in p.tensors.values() for r, s in enumerate(t.shards)}
             missing = files.missing_files(root / version, expected)
@@ -185,14 +189,16 @@ def _publish(comm: Comm, root: Path, version: str, tables: List[_Part],
     comm.agree(error, f"finishing checkpoint {root / version}")
 
 
-def _manifest(tables: List[_Part], opts: List[_Part], world_size: int) -> Manifest:
+def _manifest(tables: List[_Part], opts: List[_Part], world_size: int,
+              digests: Dict[str, str]) -> Manifest:
     counter = iter(range(len(_tensors(tables + opts))))
 
     def entry(part: _Part) -> PartEntry:
         tensors = {}
         for key, tensor in part.tensors.items():
             i = next(counter)
-            shards = tuple(ShardEntry(files.shard_file(i, r), *tensor.layout.range_of(r))
+            shards = tuple(ShardEntry(files.shard_file(i, r), *tensor.layout.range_of(r),
+                                      digests.get(files.shard_file(i, r)))
                            for r in range(world_size))
             tensors[key] = TensorEntry(tuple(tensor.shape), tensor.dtype, shards)
         return PartEntry(part.kind, part.name, part.config, tensors)

@@ -4,8 +4,10 @@
 
     PATH/LATEST                  the name of the current version, e.g. "v000002-3f9c1a7e"
     PATH/<version>/t<i>_r<r>.pt  rank r's rows of tensor i: {"start", "stop", "rows"}
+                                 (its digest is in the manifest, checked before loading)
     PATH/<version>/manifest.json what the version holds (see checkpoint_manifest)
     PATH/<version>/DONE          written after the manifest: the version is complete
+                                 ("complete <digest of manifest.json>", checked at load)
 
 Every save writes a new version folder and, once it is complete, replaces
 ``LATEST`` atomically (written under a temporary name, then ``os.replace``); older
@@ -19,6 +21,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import uuid
 import warnings
 from pathlib import Path
@@ -28,6 +31,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding.checkpoint_manifest import CheckpointError, ShardEntry, TensorEntry
+from pyg_dist.partition.digest import DigestMismatch, bytes_digest, check_file, file_digest
 
 LATEST = "LATEST"
 MANIFEST = "manifest.json"
@@ -82,9 +86,10 @@ def current_version(root: Path) -> Tuple[Path, str]:
             version that is missing or incomplete.
     """
     pointer = root / LATEST
-    if pointer.exists():
+    if _pointer_exists(pointer):
         try:
-            name = pointer.read_text().strip()
+            with open(pointer, "rb") as handle:
+                name = handle.read(256).decode().strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"{pointer}: cannot be read ({exc})") from exc
         if not _VERSION.fullmatch(name):
@@ -93,11 +98,30 @@ def current_version(root: Path) -> Tuple[Path, str]:
         if not (folder / DONE).is_file() or not (folder / MANIFEST).is_file():
             raise CheckpointError(f"{pointer} names version {name}, but {folder} has no "
                                   f"{DONE} marker or {MANIFEST}")
+        _check_manifest(folder)
         return folder, name
     if (root / DONE).is_file() and (root / MANIFEST).is_file():
         return root, LAYOUT_1
     raise CheckpointError(f"{root} is not a complete pyg_dist checkpoint (no {LATEST} "
                           f"pointer, nor {DONE} and {MANIFEST}): was the save interrupted?")
+
+
+def _check_manifest(folder: Path) -> None:
+    """Checks ``manifest.json`` against the digest ``DONE`` records (versions written
+    before digests existed record none)."""
+    done = folder / DONE
+    try:
+        if not stat.S_ISREG(os.lstat(done).st_mode):
+            raise CheckpointError(f"{done}: not a regular file")
+        with open(done, "rb") as handle:
+            words = handle.read(256).decode("utf-8", errors="replace").split()
+        if words[:1] != ["complete"] or len(words) > 2:
+            raise CheckpointError(f"{done}: not a completion marker")
+        if len(words) == 2:
+            check_file(folder / MANIFEST, words[1])
+    except (DigestMismatch, OSError) as exc:
+        raise CheckpointError(str(exc) if str(folder) in str(exc) else f"{done}: {exc}") \
+            from None
 
 
 def new_version(root: Path) -> str:
@@ -118,7 +142,8 @@ def publish(root: Path, name: str, manifest_json: str) -> None:
     and the files of a first-release checkpoint in ``root``."""
     folder = root / name
     atomic_write(folder / MANIFEST, lambda f: f.write(manifest_json), binary=False)
-    atomic_write(folder / DONE, lambda f: f.write("complete\n"), binary=False)
+    done = f"complete {bytes_digest(manifest_json.encode())}\n"
+    atomic_write(folder / DONE, lambda f: f.write(done), binary=False)
     _fsync_dir(folder)
     atomic_write(root / LATEST, lambda f: f.write(name + "\n"), binary=False)
     _fsync_dir(root)
@@ -158,17 +183,31 @@ def discard(root: Path, name: str) -> None:
         remove(root / name)
 
 
+def _pointer_exists(pointer: Path) -> bool:
+    """Whether ``LATEST`` exists; raises :class:`CheckpointError` naming it when it is not
+    a regular file (a folder, a FIFO that would block a read, a link)."""
+    if not os.path.lexists(pointer):
+        return False
+    if not stat.S_ISREG(os.lstat(pointer).st_mode):
+        raise CheckpointError(f"{pointer}: not a regular file (a damaged checkpoint: remove it "
+                              f"to start afresh)")
+    return True
+
+
 def _pointed_to(root: Path) -> Optional[str]:
     """What ``LATEST`` says (``None`` without one)."""
     pointer = root / LATEST
-    if not pointer.is_file():
+    if not _pointer_exists(pointer):
         return None
-    return pointer.read_bytes().decode("utf-8", errors="replace").strip()
+    with open(pointer, "rb") as handle:
+        return handle.read(256).decode("utf-8", errors="replace").strip()
 
 
-def write_shard(file: Path, start: int, stop: int, rows: Tensor) -> None:
+def write_shard(file: Path, start: int, stop: int, rows: Tensor) -> str:
+    """Writes rows ``[start, stop)`` into ``file`` atomically; returns the file's digest."""
     obj = {"start": start, "stop": stop, "rows": rows}
     atomic_write(file, lambda f: torch.save(obj, f))
+    return file_digest(file)
 
 
 def read_shard(file: Path, shard: ShardEntry, entry: TensorEntry) -> Tensor:
@@ -176,8 +215,17 @@ def read_shard(file: Path, shard: ShardEntry, entry: TensorEntry) -> Tensor:
 
     Raises:
         CheckpointError: naming ``file``, if it cannot be loaded with
-            ``weights_only=True`` or does not hold ``shard``'s rows of ``entry``.
+            ``weights_only=True``, does not hold ``shard``'s rows of ``entry``, or (when
+            the manifest records one) its bytes differ from the digest taken at save time.
     """
+    try:
+        if not stat.S_ISREG(os.lstat(file).st_mode):
+            raise CheckpointError(f"{file}: not a regular file")
+        if shard.digest is not None:
+            check_file(file, shard.digest)
+    except (DigestMismatch, OSError) as exc:
+        raise CheckpointError(str(exc) if str(file) in str(exc) else f"{file}: {exc}") \
+            from None
     try:
         obj: Any = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # any failure to unpickle: truncated, unsafe, not torch's

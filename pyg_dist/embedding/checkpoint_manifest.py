@@ -10,7 +10,12 @@ Version 2 (written now) describes several objects saved together::
                      "tensors": {"paper_emb/m": TENSOR, ...}}]}
 
     TENSOR = {"shape": [rows, ...], "dtype": "float32",
-              "shards": [{"file": "t0_r0.pt", "start": 0, "stop": 9}, ...]}
+              "shards": [{"file": "t0_r0.pt", "start": 0, "stop": 9,
+                          "digest": "blake2b-128:..."}, ...]}
+
+A shard's ``digest`` (:mod:`pyg_dist.partition.digest`, recorded at save time) is
+checked before the shard is loaded; manifests written before digests existed have none
+and still load.
 
 Version 1 (the first release) held one object: ``kind``, ``config`` and
 ``tensors`` at the top level; it is read as version 2 with one entry (an embedding
@@ -42,10 +47,18 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One file holding the global rows ``[start, stop)`` of a tensor."""
+    """One file holding the global rows ``[start, stop)`` of a tensor, and the digest of
+    its bytes (``None`` in checkpoints saved before digests were recorded)."""
     file: str
     start: int
     stop: int
+    digest: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"file": self.file, "start": self.start, "stop": self.stop}
+        if self.digest is not None:
+            out["digest"] = self.digest
+        return out
 
 
 @dataclass(frozen=True)
@@ -57,8 +70,7 @@ class TensorEntry:
 
     def to_json(self) -> Dict[str, Any]:
         return {"shape": list(self.shape), "dtype": dtype_name(self.dtype),
-                "shards": [{"file": s.file, "start": s.start, "stop": s.stop}
-                           for s in self.shards]}
+                "shards": [s.to_json() for s in self.shards]}
 
 
 @dataclass(frozen=True)
@@ -175,7 +187,11 @@ def _parse_tensor(raw: Any, where: str) -> TensorEntry:
         file = _get(item, "file", str, at)
         if Path(file).name != file or file in ("", ".", ".."):
             raise _Invalid(f"{at}.file must be a file name inside the checkpoint, got {file!r}")
-        shards.append(ShardEntry(file, _get(item, "start", int, at), _get(item, "stop", int, at)))
+        digest = item.get("digest")
+        if digest is not None and not isinstance(digest, str):
+            raise _Invalid(f"{at}.digest must be a string, got {digest!r}")
+        shards.append(ShardEntry(file, _get(item, "start", int, at), _get(item, "stop", int, at),
+                                 digest))
     _check_tiling(shards, shape[0], where)
     return TensorEntry(tuple(shape), dtype, tuple(shards))
 

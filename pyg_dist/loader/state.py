@@ -20,6 +20,9 @@ import numpy as np
 from torch import Tensor
 
 VERSION = 1
+#: the largest epoch a state may hold: ``seed + epoch`` seeds torch's generator (64 bits)
+MAX_EPOCH = 2 ** 48
+_INT64 = 2 ** 63
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,11 @@ class LoaderState:
         return out
 
     def _check_ranges(self, what: str) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) \
+                    and not -_INT64 <= value < _INT64:
+                raise ValueError(f"{what}: field '{f.name}' must fit in 64 bits, got {value}")
         if self.version != VERSION:
             raise ValueError(f"{what}: field 'version' is {self.version}, this pyg_dist "
                              f"reads version {VERSION}")
@@ -91,6 +99,8 @@ class LoaderState:
             if getattr(self, name) < 1:
                 raise ValueError(f"{what}: field '{name}' must be >= 1, got "
                                  f"{getattr(self, name)}")
+        if self.epoch >= MAX_EPOCH:
+            raise ValueError(f"{what}: field 'epoch' must be < 2**48, got {self.epoch}")
         if not 0 <= self.batch < max(self.num_batches, 1):
             raise ValueError(f"{what}: field 'batch' must be in [0, {self.num_batches}) "
                              f"(num_batches), got {self.batch}")

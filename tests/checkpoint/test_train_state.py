@@ -126,17 +126,30 @@ def test_crash_during_a_save_leaves_the_previous_one(tmp_path, monkeypatch):
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1  # crashed save removed
 
 
+def _resign(folder) -> None:
+    """Records the current digests of ``folder``'s files in its info.json, as whoever
+    edits a checkpoint can: what is then loaded must still be checked."""
+    info = folder / files.INFO
+    raw = json.loads(info.read_text())
+    raw["digests"] = files.digest_files(folder, files.version_files(folder))
+    info.write_text(json.dumps(raw))
+
+
 def test_damaged_files_are_named(stores, tmp_path):
     model, opt = _model(0)
     loader = _loader(stores)
     name = checkpoint.save(tmp_path, step=1, model=model, optimizer=opt, loaders=[loader])
     rank_file = tmp_path / name / files.rank_file(0)
     rank_file.write_bytes(b"not a torch file")
-    with pytest.raises(CheckpointError, match="rank_0.pt"):
+    with pytest.raises(CheckpointError, match="rank_0.pt"):  # its digest differs
+        checkpoint.load(tmp_path, model=model, loaders=[loader])
+    _resign(tmp_path / name)
+    with pytest.raises(CheckpointError, match="rank_0.pt"):  # and it is no torch file
         checkpoint.load(tmp_path, model=model, loaders=[loader])
     state = {"rank": 0, "world_size": 1, "torch_rng": torch.get_rng_state(),
              "loaders": [{**loader.state_dict(), "batch": -1}]}
     torch.save(state, rank_file)
+    _resign(tmp_path / name)
     with pytest.raises(CheckpointError, match="batch"):
         checkpoint.load(tmp_path, model=model, loaders=[loader])
     info = tmp_path / name / files.INFO

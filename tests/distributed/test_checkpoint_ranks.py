@@ -1,9 +1,11 @@
 """``pyg_dist.checkpoint`` with real processes: 2 ranks save (DDP model, Adam, a
 ``DistEmbedding`` with ``SparseAdam``, the training loader's position); 2 ranks load it
 exactly, 1 rank loads it rescaled (loaders start at the next epoch); an error on one rank
-raises on every rank, naming it."""
+raises on every rank, naming it; a byte changed in place in a file that another rank
+verifies is named on every rank."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict
 
 import pytest
@@ -66,12 +68,29 @@ def _load_job(root: str, path: str) -> Dict:
            "rows": emb.weight[torch.arange(100)].tolist(), "exact": info.exact,
            "positions": info.positions, "step": info.step, "extra": info.extra,
            "first": first, "order": loader.plan.batches(1)[0].tolist(),
-           "steps": len(opt.state_dict()["state"])}
+           "steps": len(opt.state_dict()["state"]), "path": info.path}
     loader.close()
     shutdown_rpc()
     if dist.is_initialized():
         dist.destroy_process_group()
     return out
+
+
+def _damaged_load_job(root: str, path: str) -> str:
+    """Loads a checkpoint with a damaged file; returns the error this rank saw."""
+    ctx, data = _open(root)
+    ddp, opt, loader, emb, sparse = _objects(ctx, data, 1)
+    try:
+        checkpoint.load(path, model=ddp, optimizer=opt, embeddings=emb,
+                        sparse_optimizers=sparse, loaders=[loader])
+        error = ""
+    except (checkpoint.CheckpointError, RuntimeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    loader.close()
+    shutdown_rpc()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return error
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +100,8 @@ def cora_one_part(cora, tmp_path_factory):
     return root
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
 def test_save_on_two_ranks_load_on_two_and_on_one(cora_one_part, tmp_path):
     root, path = str(cora_one_part), str(tmp_path / "ckpt")
     saved = run_ranks(_save_job, 2, root, path, timeout=120)
@@ -100,3 +120,12 @@ def test_save_on_two_ranks_load_on_two_and_on_one(cora_one_part, tmp_path):
     assert not one["exact"] and one["positions"] == [(1, 0)]  # the next epoch, whole
     assert one["first"] == one["order"]                       # ... from its first batch
     assert one["weight"] == saved[0]["weight"] and one["rows"] == saved[0]["rows"]
+
+    version = Path(two[0]["path"])  # rank r verifies the files r, r + 2, ... (sorted)
+    flipped = version / sorted(checkpoint.files.version_files(version))[1]
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    errors = run_ranks(_damaged_load_job, 2, root, path, timeout=120)
+    assert all(str(flipped) in e for e in errors), errors
+    assert errors[1].startswith("CheckpointError") and "rank 1" in errors[0]

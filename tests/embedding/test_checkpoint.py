@@ -18,6 +18,7 @@ import torch
 
 from pyg_dist.embedding import (CheckpointError, DistEmbedding, SparseAdagrad, SparseAdam,
                                 load_checkpoint, save_checkpoint)
+from pyg_dist.partition.digest import file_digest
 
 N, D = 10, 3
 
@@ -147,12 +148,30 @@ def _shard(root: Path) -> Path:
 
 
 def _edit_shard(change: Callable[[dict], object]) -> Callable[[Path], Path]:
+    """Rewrites a shard and records its new digest in the manifest (as whoever edits a
+    checkpoint can), so that what is loaded is checked beyond its digest."""
     def edit(root: Path) -> Path:
         file = _shard(root)
         obj = torch.load(file, weights_only=True)
         torch.save(change(obj), file)
+        _edit_manifest(lambda m: _first_shard_entry(m).update(digest=file_digest(file)))(root)
         return file
     return edit
+
+
+def _flip_byte(file: Path) -> Path:
+    """Changes one byte in the middle of ``file`` in place (its size stays)."""
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    file.write_bytes(bytes(data))
+    return file
+
+
+def _pointer_folder(root: Path) -> Path:
+    pointer = root / "LATEST"
+    pointer.unlink()
+    pointer.mkdir()
+    return pointer
 
 
 def _truncate(file: Path) -> Path:
@@ -167,6 +186,8 @@ def _edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], Path]:
         manifest = json.loads(file.read_text())
         change(manifest)
         file.write_text(json.dumps(manifest))
+        done = file.with_name("DONE")  # its digest of the manifest, as an editor can
+        done.write_text(f"complete {file_digest(file)}\n")
         return file
     return edit
 
@@ -186,6 +207,8 @@ def _pointer(text: str) -> Callable[[Path], Path]:
 
 DAMAGE: Dict[str, Callable[[Path], Path]] = {
     "truncated shard": lambda root: _truncate(_shard(root)),
+    "byte flipped in a shard": lambda root: _flip_byte(_shard(root)),
+    "pointer is a folder": _pointer_folder,
     "shard not weights_only-safe": _edit_shard(lambda o: {**o, "rows": Unsafe()}),
     "shard not a dict": _edit_shard(lambda o: [o["rows"]]),
     "shard without rows": _edit_shard(lambda o: {"start": o["start"], "stop": o["stop"]}),
@@ -260,3 +283,18 @@ def test_reads_the_first_layout_and_replaces_it_on_save(tmp_path: Path) -> None:
     emb.weight[torch.arange(N)] = torch.zeros(N, D)
     emb.load(tmp_path / "emb")
     assert torch.equal(emb.weight[torch.arange(N)], _rows(7.0))
+
+
+def test_a_manifest_edited_in_place_is_named(tmp_path: Path) -> None:
+    """A hyper-parameter changed in place (same size, still valid JSON) would load
+    silently: ``DONE`` records the manifest's digest."""
+    emb = _table("edited_manifest")
+    opt = SparseAdagrad(emb, lr=0.25)
+    save_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
+    manifest = next(tmp_path.rglob("manifest.json"))
+    text = manifest.read_text()
+    assert text.count("0.25") == 1
+    manifest.write_text(text.replace("0.25", "0.75"))
+    with pytest.raises(CheckpointError, match=re.escape(str(manifest))):
+        load_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
+    assert opt.lr == 0.25
