@@ -10,6 +10,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.cli.partition import main
 from pyg_dist.partition import io
+from forge import forge
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_refuses_files_that_would_run_code(cora_parts: Path, tmp_path: Path) -> 
     import shutil
     root = tmp_path / "copy"
     shutil.copytree(cora_parts, root)
-    torch.save({"csc": {}, "payload": Path("x")}, root / "part_0" / "graph.pt")
+    forge(root / "part_0" / "graph.pt", {"csc": {}, "payload": Path("x")})
     with pytest.raises(PartitionFormatError, match="weights_only=True"):
         LocalGraphStore.from_partition(root, 0)
 
