@@ -49,7 +49,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     if report.problems:
         print(f"{PROG}: {args.dir}: {len(report.problems)} problem(s) found", file=sys.stderr)
         return 1
-    print(f"{args.dir}: OK ({report.files} file(s) match their recorded digests)")
+    checked = (f"{report.files} file(s) match their recorded digests" if report.files
+               else "content consistent; no digests recorded")
+    print(f"{args.dir}: OK ({checked})")
     return 0
 
 

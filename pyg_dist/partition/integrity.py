@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional
 
 from pyg_dist.partition import io, validate
 from pyg_dist.partition.id_maps import read_part_ids
-from pyg_dist.partition.manifest import PartManifest, read_manifest
+from pyg_dist.partition.manifest import MANIFEST_FILE, PartManifest, read_manifest
 from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
 
 __all__ = ["VerifyReport", "verify_folder"]
@@ -77,7 +77,7 @@ def _verify_part(root: Path, meta: PartitionMeta, part: int, report: VerifyRepor
     try:
         manifest = read_manifest(folder, meta, part)
     except PartitionFormatError as exc:
-        report.problems.append(_line(exc, folder / "MANIFEST.json"))
+        report.problems.append(_line(exc, folder / MANIFEST_FILE))
     if manifest is None and not meta.digests:
         report.unrecorded.append(part)
     names = io.PART_FILES + (io.ID_FILES if meta.version >= 2 else ())

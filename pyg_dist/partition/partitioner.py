@@ -5,8 +5,8 @@ partition owns one contiguous range per node type -> order each edge type by new
 destination id (CSC; an edge belongs to the partition owning its destination, and
 edge ids are relabelled to that order) -> hash the id maps and META's defining fields
 into the partitioning's ``uid`` -> write every partition (each ``graph.pt`` carries the
-uid; each ``MANIFEST.json`` the size and digest of its files), the id maps and ``META.json`` into a temporary folder that is renamed into
-place at the end.
+uid; each ``MANIFEST.json`` the size and digest of its files), the id maps and
+``META.json`` into a temporary folder that is renamed into place at the end.
 """
 from __future__ import annotations
 
