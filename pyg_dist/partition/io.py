@@ -69,18 +69,38 @@ def write_manifest(folder: PathLike, part: int, uid: str, names: Iterable[str]) 
 def save_pt(obj: Any, path: PathLike) -> None:
     """Writes ``obj`` with ``torch.save`` to a temporary name, then renames it.
 
-    The file is written through a file object, so torch names the archive inside it
-    ``archive`` rather than after the (random) temporary name: the same ``obj`` gives
-    the same bytes, hence the same digest, in every run and from every writer."""
+    Equal content gives equal bytes, hence equal digests, in every run and from every
+    writer: the file is written through a file object (torch then names the archive
+    inside it ``archive``, not after the random temporary name), and ``obj`` in its
+    :func:`canonical` form."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as handle:
-            torch.save(obj, handle)
+            torch.save(canonical(obj), handle)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def canonical(obj: Any) -> Any:
+    """``obj`` with dict keys sorted and every tensor compact (contiguous, standard
+    strides, holding exactly its own bytes: ``torch.save`` writes a view's whole
+    storage); tensors already compact are not copied."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(canonical(v) for v in obj)
+    if isinstance(obj, torch.Tensor):
+        strides, step = [], 1
+        for size in reversed(obj.shape):
+            strides.append(step)
+            step *= max(size, 1)
+        compact = (obj.stride() == tuple(reversed(strides)) and obj.storage_offset() == 0
+                   and obj.untyped_storage().nbytes() == obj.numel() * obj.element_size())
+        return obj if compact else obj.clone(memory_format=torch.contiguous_format)
+    return obj
 
 
 def load_pt(path: PathLike, what: str = "partition file", mmap: bool = False) -> Any:
