@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,11 +86,14 @@ def save_pt(obj: Any, path: PathLike) -> None:
 
 
 def canonical(obj: Any) -> Any:
-    """``obj`` with dict keys sorted and every tensor compact (contiguous, standard
-    strides, holding exactly its own bytes: ``torch.save`` writes a view's whole
-    storage); tensors already compact are not copied."""
+    """``obj`` with dict keys sorted, strings interned (pickle writes a repeated string
+    object once, so equal strings must be one object) and every tensor compact
+    (contiguous, standard strides, holding exactly its own bytes: ``torch.save`` writes
+    a view's whole storage); tensors already compact are not copied."""
+    if isinstance(obj, str):
+        return sys.intern(obj)
     if isinstance(obj, dict):
-        return {k: canonical(obj[k]) for k in sorted(obj, key=str)}
+        return {canonical(k): canonical(obj[k]) for k in sorted(obj, key=str)}
     if isinstance(obj, (list, tuple)):
         return type(obj)(canonical(v) for v in obj)
     if isinstance(obj, torch.Tensor):
