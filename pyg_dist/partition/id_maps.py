@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.partition import io
+from pyg_dist.partition.manifest import check_files
 from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
@@ -59,13 +60,18 @@ def _check(ids: object, count: int, total: int, what: str, path: Path) -> Tensor
 
 
 def read_part_ids(root: io.PathLike, meta: PartitionMeta, part: int,
-                  kind: str = "node") -> Dict[Group, Tensor]:
+                  kind: str = "node", verify: bool = False) -> Dict[Group, Tensor]:
     """Original ids of the nodes partition ``part`` owns (``kind="node"``) or of its
     edges (``"edge"``), per type, in new-id order: new global id ``offsets[part] + i``
     was original id ``ids[i]``.
 
+    The file is mapped; its size is checked against the partition's ``MANIFEST.json``
+    (constant time), its digest only with ``verify=True``.
+
     Raises:
-        PartitionFormatError: naming the file, if it is missing or not as described.
+        PartitionFormatError: naming the file, if it is missing or not as described
+            (:class:`~pyg_dist.partition.manifest.PartitionDigestError` when its bytes
+            differ from the digest recorded at write time).
     """
     types, offsets, totals = _layout(meta, kind)
     if not 0 <= part < meta.num_parts:
@@ -74,6 +80,8 @@ def read_part_ids(root: io.PathLike, meta: PartitionMeta, part: int,
     out: Dict[Group, Tensor] = {}
     if meta.version >= 2:
         path = io.part_dir(root, part) / (io.NODE_IDS_FILE if kind == "node" else io.EDGE_IDS_FILE)
+        if path.is_file():  # a missing file is named by load_pt
+            check_files(path.parent, meta, part, (path.name,), (path.name,) if verify else ())
         got = _by_type(io.load_pt(path, f"{kind} id file", mmap=True), meta, kind, path)
     else:
         path = Path(root) / (io.NODE_MAP_FILE if kind == "node" else io.EDGE_MAP_FILE)

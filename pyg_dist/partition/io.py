@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterable, Iterator, Tuple, Union
 
 import torch
 
 from pyg_dist.partition import leftovers
+from pyg_dist.partition.manifest import MANIFEST_FILE, PartManifest, entry_of
 from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
 
 PathLike = Union[str, os.PathLike]
@@ -42,9 +44,10 @@ def part_dir(root: PathLike, part: int) -> Path:
 
 def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_feats: dict,
                splits: dict, node_ids: dict, edge_ids: dict, hetero: bool) -> None:
-    """Writes the files of ``root/part_<part>/`` (format v2). ``node_ids``/``edge_ids``
-    are keyed by node type / ``"src__rel__dst"`` key; homogeneous graphs store the one
-    tensor."""
+    """Writes the files of ``root/part_<part>/`` (format v2) and, last, its
+    ``MANIFEST.json`` with the size and digest of each (:mod:`~pyg_dist.partition.manifest`).
+    ``node_ids``/``edge_ids`` are keyed by node type / ``"src__rel__dst"`` key;
+    homogeneous graphs store the one tensor. ``graph["uid"]`` goes into the manifest."""
     folder = part_dir(root, part)
     folder.mkdir()
     save_pt(graph, folder / GRAPH_FILE)
@@ -53,18 +56,55 @@ def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_fe
     save_pt(splits, folder / SPLITS_FILE)
     for ids, name in ((node_ids, NODE_IDS_FILE), (edge_ids, EDGE_IDS_FILE)):
         save_pt(ids if hetero else next(iter(ids.values())), folder / name)
+    write_manifest(folder, part, graph.get("uid") or "", PART_FILES + ID_FILES)
+
+
+def write_manifest(folder: PathLike, part: int, uid: str, names: Iterable[str]) -> None:
+    """Records the size and digest of the files ``names`` of ``folder`` (partition
+    ``part`` of the partitioning ``uid``) in ``folder/MANIFEST.json``, atomically."""
+    folder = Path(folder)
+    entries = {name: entry_of(folder / name) for name in names}
+    save_json(PartManifest(part, uid, entries).to_json(), folder / MANIFEST_FILE)
 
 
 def save_pt(obj: Any, path: PathLike) -> None:
-    """Writes ``obj`` with ``torch.save`` to a temporary name, then renames it."""
+    """Writes ``obj`` with ``torch.save`` to a temporary name, then renames it.
+
+    Equal content gives equal bytes, hence equal digests, in every run and from every
+    writer: the file is written through a file object (torch then names the archive
+    inside it ``archive``, not after the random temporary name), and ``obj`` in its
+    :func:`canonical` form."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        torch.save(obj, tmp)
+        with open(tmp, "wb") as handle:
+            torch.save(canonical(obj), handle)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def canonical(obj: Any) -> Any:
+    """``obj`` with dict keys sorted, strings interned (pickle writes a repeated string
+    object once, so equal strings must be one object) and every tensor compact
+    (contiguous, standard strides, holding exactly its own bytes: ``torch.save`` writes
+    a view's whole storage); tensors already compact are not copied."""
+    if isinstance(obj, str):
+        return sys.intern(obj)
+    if isinstance(obj, dict):
+        return {canonical(k): canonical(obj[k]) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(canonical(v) for v in obj)
+    if isinstance(obj, torch.Tensor):
+        strides, step = [], 1
+        for size in reversed(obj.shape):
+            strides.append(step)
+            step *= max(size, 1)
+        compact = (obj.stride() == tuple(reversed(strides)) and obj.storage_offset() == 0
+                   and obj.untyped_storage().nbytes() == obj.numel() * obj.element_size())
+        return obj if compact else obj.clone(memory_format=torch.contiguous_format)
+    return obj
 
 
 def load_pt(path: PathLike, what: str = "partition file", mmap: bool = False) -> Any:
@@ -110,12 +150,43 @@ def save_json(obj: Any, path: PathLike) -> None:
 def check_root(root: PathLike) -> Path:
     """Returns ``root`` as a path if it is a partition folder, else raises."""
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        hint = f" ({root.parent})" if root.name == META_FILE else ""
+        raise NotADirectoryError(f"partition folder {root} is a file, not a folder: pass "
+                                 f"the folder that holds {META_FILE}{hint}")
     if not root.is_dir():
         raise FileNotFoundError(f"partition folder {root} does not exist")
     if not (root / META_FILE).is_file():
         raise PartitionFormatError(f"partition folder {root} has no {META_FILE}: "
                                    f"not a pyg_dist partition (run pyg-dist-partition first)")
     return root
+
+
+def check_open_args(root: Any, pid: Any, **flags: Any) -> Tuple[Path, int]:
+    """Checks the arguments of a ``from_partition(root, pid, ...)`` call.
+
+    Args:
+        root: the partition folder (``str`` or path-like).
+        pid: the partition id (an integer; numpy integers too, not ``bool``).
+        **flags: boolean options by name (``mmap=...``, ``verify=...``).
+
+    Returns:
+        ``(Path(root), int(pid))``.
+
+    Raises:
+        TypeError: naming the argument, what it is and what is expected.
+    """
+    if not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be the partition folder (a str or path), got "
+                        f"{type(root).__name__} {root!r}")
+    if isinstance(pid, bool) or not hasattr(pid, "__index__"):
+        raise TypeError(f"pid must be an integer partition id, got {type(pid).__name__} "
+                        f"{pid!r}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {type(value).__name__} "
+                            f"{value!r}")
+    return Path(root), pid.__index__()
 
 
 def read_meta(root: PathLike) -> PartitionMeta:

@@ -10,7 +10,10 @@ they differ only in where the id maps live, see :mod:`pyg_dist.partition.io`), `
 ``node_types``, ``edge_types`` (``[src, rel, dst]`` lists), ``num_nodes``,
 ``num_edges``, ``node_offsets``, ``edge_offsets``, ``node_attrs``/``edge_attrs``
 (per type, attribute name -> ``{"dtype": "float32", "shape": [per-row shape]}``),
-``splits``, ``method``, ``seed``, ``parts`` (per-partition statistics) and ``uid``.
+``splits``, ``method``, ``seed``, ``parts`` (per-partition statistics), ``uid`` and
+``digests`` (optional: the digest algorithm, ``"blake2b-128"``, when every
+``part_<p>/MANIFEST.json`` records the size and digest of its files, see
+:mod:`pyg_dist.partition.manifest`; absent in folders written before digests).
 
 ``uid`` identifies the partitioning: a 64-character hex sha256 over the fields that
 define it and the node and edge id maps (:mod:`pyg_dist.partition.identity`). The
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pyg_dist.partition.book import RangeBook
+from pyg_dist.partition.digest import ALGORITHM
 from pyg_dist.partition.identity import fallback_uid
 from pyg_dist.partition.schema import Field, PartitionFormatError
 from pyg_dist.typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key, edge_type_of,
@@ -111,6 +115,8 @@ class PartitionMeta:
 
     ``uid`` identifies the partitioning (see the module docs); ``uid_derived`` is
     ``True`` when ``META.json`` carried none and ``uid`` was derived from its content.
+    ``digests`` names the digest algorithm when every partition records the digests
+    of its files in ``part_<p>/MANIFEST.json`` (``""``: written before digests).
     """
     num_parts: int
     is_hetero: bool
@@ -129,6 +135,7 @@ class PartitionMeta:
     uid: str = ""
     uid_derived: bool = False
     version: int = VERSION
+    digests: str = ""
 
     def node_type(self, group: Optional[NodeType]) -> NodeType:
         """Resolves a user-given node type (``None`` for homogeneous graphs)."""
@@ -209,6 +216,8 @@ class PartitionMeta:
         }
         if self.uid and not self.uid_derived:
             doc["uid"] = self.uid
+        if self.digests:
+            doc["digests"] = self.digests
         return doc
 
     @classmethod
@@ -253,7 +262,7 @@ class PartitionMeta:
             seed=doc.get("seed", 0).as_int(),
             parts=tuple(PartStats.from_json(p) for p in doc.get("parts", []).as_list()),
             uid=uid.value if has_uid else fallback_uid(obj), uid_derived=not has_uid,
-            version=int(obj["version"]),
+            version=int(obj["version"]), digests=_digests(doc),
         )
         meta.validate(source)
         return meta
@@ -281,6 +290,16 @@ class PartitionMeta:
                 fail(f"edge type {edge_key(et)} names an unknown node type")
             _check_offsets(offs, self.num_parts, self.num_edges[et],
                            f"edge_offsets['{edge_key(et)}']", fail)
+
+
+def _digests(doc: Field) -> str:
+    """The optional ``digests`` field: the algorithm every part manifest uses."""
+    if "digests" not in doc.value:
+        return ""
+    field_ = doc["digests"]
+    if field_.as_str() != ALGORITHM:
+        field_.fail(f"{ALGORITHM!r}, the digest algorithm this pyg_dist checks")
+    return field_.value
 
 
 def _check_header(doc: Field) -> None:

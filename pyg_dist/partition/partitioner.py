@@ -5,8 +5,8 @@ partition owns one contiguous range per node type -> order each edge type by new
 destination id (CSC; an edge belongs to the partition owning its destination, and
 edge ids are relabelled to that order) -> hash the id maps and META's defining fields
 into the partitioning's ``uid`` -> write every partition (each ``graph.pt`` carries the
-uid), the id maps and ``META.json`` into a temporary folder that is renamed into
-place at the end.
+uid; each ``MANIFEST.json`` the size and digest of its files), the id maps and
+``META.json`` into a temporary folder that is renamed into place at the end.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from pyg_dist.partition import io
 from pyg_dist.partition.assign import METHODS, assign, check_given
 from pyg_dist.partition.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import csc_order, gather_sources, outside_nodes
+from pyg_dist.partition.digest import ALGORITHM
 from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
 from pyg_dist.partition.progress import track
 from pyg_dist.partition.schema import dtype_name
@@ -297,7 +298,7 @@ class Partitioner:
                         for t, a in tables.node_attrs.items()},
             edge_attrs={t: {k: spec(v) for k, v in a.items()}
                         for t, a in tables.edge_attrs.items()},
-            splits=tuple(splits), method=self.method_name, seed=self.seed)
+            splits=tuple(splits), method=self.method_name, seed=self.seed, digests=ALGORITHM)
 
 
 def _check_options(method: str, coarsen: Optional[bool], recursive: Optional[bool],

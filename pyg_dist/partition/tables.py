@@ -15,6 +15,33 @@ from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 _SKIP = {"edge_index", "adj_t", "adj", "num_nodes"}
 
 
+#: names that PyG (and pyg_dist) treat as node-level: never silently dropped
+_NODE_NAMES = {"x", "y", "pos", "time", "batch", "n_id", "node_time"}
+
+
+def _check_graph_level(key: str, value: Tensor, num_nodes: int, edge_index: Tensor) -> None:
+    """An attribute of a ``Data`` with neither one row per node nor one per edge.
+
+    A node-level name (``x``, ``y``, ``pos``, ``time``, ``*_mask``, ``node_*``) or an
+    edge-level one (``edge_*``) with the wrong row count is an error naming the
+    attribute and both counts; anything else is graph-level: not written, with a warning.
+
+    Raises:
+        ValueError: for a node- or edge-level name with the wrong number of rows.
+    """
+    rows = int(value.size(0)) if value.dim() else None
+    shown = f"{rows} rows (shape {tuple(value.shape)})" if rows is not None else "a 0-D tensor"
+    if key in _NODE_NAMES or key.endswith("_mask") or key.startswith("node_"):
+        raise ValueError(f"node attribute '{key}' has {shown}, expected {num_nodes} "
+                         f"(one per node, num_nodes={num_nodes})")
+    if key.startswith("edge_"):
+        num_edges = int(edge_index.size(1)) if edge_index.dim() == 2 else 0
+        raise ValueError(f"edge attribute '{key}' has {shown}, expected {num_edges} "
+                         f"(one per edge of edge_index)")
+    warnings.warn(f"attribute '{key}' ({shown}) has neither one row per node ({num_nodes}) "
+                  f"nor one per edge: taken as graph-level, it is not written to the partitions")
+
+
 @dataclass
 class GraphTables:
     """Node and edge tables keyed by type (homogeneous = one node and one edge type).
@@ -56,8 +83,7 @@ class GraphTables:
             elif data.is_edge_attr(key):
                 edge_attrs[key] = value
             else:
-                warnings.warn(f"attribute '{key}' is neither node- nor edge-level; "
-                              f"it is not written to the partitions")
+                _check_graph_level(key, value, int(data.num_nodes), data.edge_index)
         return cls(False, {HOMO_NODE: int(data.num_nodes)}, {HOMO_NODE: node_attrs},
                    {HOMO_EDGE: data.edge_index}, {HOMO_EDGE: edge_attrs})
 

@@ -11,6 +11,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_dist.partition import io, validate
 from pyg_dist.partition.book import RangeBook
+from pyg_dist.partition.manifest import check_files
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.store.ids import OwnedIds, PartitionIds
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
@@ -85,8 +86,8 @@ class LocalFeatureStore(FeatureStore):
         self.id_tables = PartitionIds(meta, None)
 
     @classmethod
-    def from_partition(cls, root: Union[str, Path], pid: int,
-                       mmap: bool = True) -> "LocalFeatureStore":
+    def from_partition(cls, root: Union[str, Path], pid: int, mmap: bool = True,
+                       verify: bool = False) -> "LocalFeatureStore":
         """Opens partition ``pid`` of the partition folder ``root``.
 
         The partition's ``graph.pt`` must carry the ``uid`` of ``META.json`` (read
@@ -103,13 +104,26 @@ class LocalFeatureStore(FeatureStore):
                 than memory still work (the OS pages them in and out). Rows written
                 with ``put_tensor`` stay private to this process; files are never
                 modified. ``False`` reads them into this process's memory.
+            verify (bool): also check the digests of mapped files (reads them once;
+                default ``False`` keeps a mapped open constant-time). Files read in full
+                (``splits.pt`` always, the feature files with ``mmap=False``) are always
+                checked against the digests their ``MANIFEST.json`` records, and every
+                file's size is (:mod:`pyg_dist.partition.manifest`).
 
         Raises:
-            PartitionFormatError: naming the file and the problem.
+            PartitionFormatError: naming the file and the problem
+                (:class:`~pyg_dist.partition.manifest.PartitionDigestError` when its
+                bytes differ from the digest recorded at write time).
+            TypeError: ``root``, ``pid``, ``mmap`` or ``verify`` of the wrong type.
         """
+        root, pid = io.check_open_args(root, pid, mmap=mmap, verify=verify)
         meta = io.read_meta(root)
         folder = io.check_part(root, meta, pid)
         validate.check_uid(folder / io.GRAPH_FILE, io.read_uid(folder), meta)
+        feats = (io.NODE_FEATS_FILE, io.EDGE_FEATS_FILE)
+        full = (io.SPLITS_FILE,) + (feats if verify or not mmap else ()) + \
+            ((io.GRAPH_FILE,) if verify else ())
+        check_files(folder, meta, pid, (io.GRAPH_FILE, *feats, io.SPLITS_FILE), full)
         source = PartitionSource(str(Path(root).absolute()), pid, tuple(
             FileId.of(folder / name) for name in (io.NODE_FEATS_FILE, io.EDGE_FEATS_FILE)))
         nodes, edges = cls._open(meta, pid, folder, mmap)

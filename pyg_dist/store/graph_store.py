@@ -13,8 +13,9 @@ from torch_geometric.typing import EdgeTensorType, OptTensor
 
 from pyg_dist.partition import io
 from pyg_dist.partition.book import RangeBook
+from pyg_dist.partition.manifest import check_files
 from pyg_dist.partition.meta import PartitionMeta
-from pyg_dist.partition.validate import check_graph
+from pyg_dist.partition.validate import check_graph, check_uid
 from pyg_dist.store.ids import PartitionIds
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_type_of
@@ -99,14 +100,16 @@ class LocalGraphStore(GraphStore):
         self._stored_original: Dict[EdgeType, bool] = {}
 
     @classmethod
-    def from_partition(cls, root: Union[str, Path], pid: int,
-                       mmap: bool = True) -> "LocalGraphStore":
+    def from_partition(cls, root: Union[str, Path], pid: int, mmap: bool = True,
+                       verify: bool = False) -> "LocalGraphStore":
         """Opens partition ``pid`` of the partition folder ``root``.
 
         Everything loaded is checked first (:func:`~pyg_dist.partition.validate.check_graph`):
         structure, dtypes, monotonic ``indptr``, and that the partition has the ``uid``
         of ``META.json``; with ``mmap=False`` also every source id (with ``mmap=True``
-        samplers check the ids they read).
+        samplers check the ids they read). ``graph.pt`` must have the size its
+        ``MANIFEST.json`` records and, when it is read in full (``mmap=False`` or
+        ``verify=True``), its digest (:mod:`pyg_dist.partition.manifest`).
 
         Args:
             root (str or Path): the partition folder.
@@ -114,12 +117,21 @@ class LocalGraphStore(GraphStore):
             mmap (bool): map ``graph.pt`` read-only (default): opening is constant time
                 and every process on the machine shares one copy in the page cache.
                 ``False`` reads it into this process's memory.
+            verify (bool): also check the digest of a mapped ``graph.pt`` (reads it
+                once; default ``False`` keeps a mapped open constant-time).
 
         Raises:
-            PartitionFormatError: naming the file and the problem.
+            PartitionFormatError: naming the file and the problem
+                (:class:`~pyg_dist.partition.manifest.PartitionDigestError` when its
+                bytes differ from the digest recorded at write time).
+            TypeError: ``root``, ``pid``, ``mmap`` or ``verify`` of the wrong type.
         """
+        root, pid = io.check_open_args(root, pid, mmap=mmap, verify=verify)
         meta = io.read_meta(root)
         path = io.check_part(root, meta, pid) / io.GRAPH_FILE
+        check_uid(path, io.read_uid(path.parent), meta)  # another run's partition: say so
+        full = (io.GRAPH_FILE,) if verify or not mmap else ()
+        check_files(path.parent, meta, pid, (io.GRAPH_FILE,), full)
         source = PartitionSource(str(Path(root).absolute()), pid, (FileId.of(path),))
         store = cls._open(meta, pid, path, mmap, deep=not mmap)
         store.id_tables = PartitionIds(meta, str(Path(root).absolute()))

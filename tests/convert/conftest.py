@@ -21,6 +21,7 @@ from torch_geometric.data import Data, HeteroData
 from pyg_dist import LocalFeatureStore, LocalGraphStore
 from pyg_dist.datasets.synthetic import community_graph
 from pyg_dist.partition import io
+from pyg_dist.partition.integrity import verify_folder
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
 from pyg_dist.partition.id_maps import read_id_map
 
@@ -167,8 +168,11 @@ def _typed(data: Union[Data, HeteroData]) -> tuple:
 
 def check_converted(src: PygFolder, out: Path, labels: bool = True) -> None:
     """The converted folder loads with our stores and holds exactly the original graph,
-    each node in the partition PyG gave it, with the labels and split nodes of the extras."""
+    each node in the partition PyG gave it, with the labels and split nodes of the extras;
+    every file has the digest recorded for it (``pyg-dist-verify``'s check)."""
     meta = io.read_meta(out)
+    report = verify_folder(out)
+    assert not report.problems and report.files == 6 * meta.num_parts, report.problems
     hetero = meta.is_hetero
     assert meta.num_parts == src.num_parts and meta.method == "given"
     node_map = read_id_map(out)

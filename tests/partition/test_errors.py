@@ -10,6 +10,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.cli.partition import main
 from pyg_dist.partition import io
+from forge import forge
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_refuses_files_that_would_run_code(cora_parts: Path, tmp_path: Path) -> 
     import shutil
     root = tmp_path / "copy"
     shutil.copytree(cora_parts, root)
-    torch.save({"csc": {}, "payload": Path("x")}, root / "part_0" / "graph.pt")
+    forge(root / "part_0" / "graph.pt", {"csc": {}, "payload": Path("x")})
     with pytest.raises(PartitionFormatError, match="weights_only=True"):
         LocalGraphStore.from_partition(root, 0)
 
@@ -152,3 +153,24 @@ def test_crash_leaves_no_half_written_folder(cora, tmp_path: Path, monkeypatch) 
         Partitioner(cora, 2, tmp_path / "out", progress=False).generate()
     assert not (tmp_path / "out").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_node_attribute_with_wrong_row_count_is_an_error(tmp_path: Path) -> None:
+    """It used to be dropped with only a warning (issue 23, item 8)."""
+    from torch_geometric.data import Data
+
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    data = Data(x=torch.randn(5, 2), edge_index=edge_index, num_nodes=6)
+    with pytest.raises(ValueError, match=r"node attribute 'x' has 5 rows \(shape \(5, 2\)\), "
+                                         r"expected 6 \(one per node"):
+        Partitioner(data, 2, tmp_path / "out", progress=False)
+    data = Data(x=torch.randn(6, 2), edge_index=edge_index, num_nodes=6,
+                edge_weight=torch.ones(2))
+    with pytest.raises(ValueError, match=r"edge attribute 'edge_weight' has 2 rows .*"
+                                         r"expected 3"):
+        Partitioner(data, 2, tmp_path / "out", progress=False)
+    data = Data(x=torch.randn(6, 2), edge_index=edge_index, num_nodes=6,
+                class_weights=torch.ones(4))
+    with pytest.warns(UserWarning, match="'class_weights'.*graph-level"):
+        Partitioner(data, 2, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

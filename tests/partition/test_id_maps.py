@@ -10,6 +10,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.partition import PartitionFormatError, io
 from pyg_dist.partition.id_maps import read_id_map, read_part_ids
+from forge import forge, strip_digests
 
 
 @pytest.fixture(scope="module", params=["homo", "hetero"])
@@ -28,6 +29,7 @@ def _as_v1(v2: Path, out: Path) -> Path:
     for p in range(3):
         for f in io.ID_FILES:
             (io.part_dir(out, p) / f).unlink()
+    strip_digests(out)
     meta = json.loads((out / io.META_FILE).read_text())
     (out / io.META_FILE).write_text(json.dumps({**meta, "version": 1}))
     return out
@@ -71,7 +73,7 @@ def test_bad_id_files_are_named(v2: Path, tmp_path: Path, edit, match) -> None:
     path = io.part_dir(root, 1) / io.NODE_IDS_FILE
     value = torch.load(path, weights_only=True)
     value = {k: edit(v) for k, v in value.items()} if isinstance(value, dict) else edit(value)
-    torch.save(value, path)
+    forge(path, value)
     with pytest.raises(PartitionFormatError, match=match) as info:
         read_part_ids(root, io.read_meta(root), 1)
     assert "part_1/node_ids.pt" in str(info.value)

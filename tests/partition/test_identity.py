@@ -14,6 +14,7 @@ from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, P
 from pyg_dist.datasets.synthetic import community_graph
 from pyg_dist.partition import io
 from pyg_dist.partition.id_maps import read_id_map
+from forge import forge, strip_digests
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -106,7 +107,7 @@ def test_graph_file_without_uid_in_a_folder_with_one_is_refused(runs: dict,
     path = io.part_dir(root, 2) / io.GRAPH_FILE
     graph = torch.load(path, weights_only=True)
     del graph["uid"]
-    torch.save(graph, path)
+    forge(path, graph)
     for store in (LocalGraphStore, LocalFeatureStore):
         with pytest.raises(PartitionFormatError, match=r"part_2/graph\.pt.*uid"):
             store.from_partition(root, 2)
@@ -116,6 +117,7 @@ def test_folders_without_uid_still_load_with_a_fallback(runs: dict, tmp_path: Pa
     """A folder written before uids existed: META.json and graph.pt carry none."""
     root = tmp_path / "legacy"
     shutil.copytree(runs["a"][0], root)
+    strip_digests(root)  # written before uids, so before digests too
     meta = json.loads((root / io.META_FILE).read_text())
     del meta["uid"]
     (root / io.META_FILE).write_text(json.dumps(meta, indent=1))

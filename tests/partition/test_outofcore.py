@@ -17,6 +17,7 @@ from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.partition import Partitioner, io
+from pyg_dist.partition.manifest import MANIFEST_FILE
 from pyg_dist.partition.outofcore import MemoryBudgetError, OutOfCorePartitioner, parse_size
 from pyg_dist.partition.tables import GraphTables
 from test_roundtrip import check_roundtrip
@@ -48,13 +49,17 @@ def _equal(a: Any, b: Any, where: str) -> None:
 
 
 def assert_same_output(got: Path, want: Path, num_parts: int) -> None:
-    """Same META.json (uid included), id maps and partition files."""
+    """Same META.json (uid included), id maps and partition files, and byte-identical
+    files: every partition's MANIFEST.json (sizes and digests) is the same."""
     _equal(json.loads((got / io.META_FILE).read_text()),
            json.loads((want / io.META_FILE).read_text()), io.META_FILE)
     files = [f"part_{p}/{name}" for p in range(num_parts)
              for name in io.PART_FILES + io.ID_FILES]
     for name in files:
         _equal(io.load_pt(got / name), io.load_pt(want / name), name)
+    for p in range(num_parts):
+        name = f"part_{p}/{MANIFEST_FILE}"
+        assert (got / name).read_text() == (want / name).read_text(), name
 
 
 def _cut(meta) -> int:

@@ -8,6 +8,7 @@ import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.partition import io
+from pyg_dist.partition.integrity import verify_folder
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import edge_key
 from pyg_dist.partition.id_maps import read_id_map
@@ -25,9 +26,12 @@ def _maps(root: Path, tables: GraphTables):
 
 
 def check_roundtrip(tables: GraphTables, root: Path, num_parts: int) -> int:
-    """Asserts the partitions hold exactly the original graph; returns the cut edges."""
+    """Asserts the partitions hold exactly the original graph and every file its
+    recorded digest; returns the cut edges."""
     meta = io.read_meta(root)
     assert meta.num_parts == num_parts
+    report = verify_folder(root)
+    assert not report.problems and report.files == num_parts * 6, report.problems
     node_map, edge_map = _maps(root, tables)
     for t, n in tables.num_nodes.items():  # node_map is a permutation
         assert torch.equal(torch.sort(node_map[t]).values, torch.arange(n))

@@ -24,6 +24,7 @@ from pyg_dist.partition import io
 from pyg_dist.partition.meta import PartitionMeta
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.typing import HOMO_EDGE, edge_key
+from forge import forge, reseal
 
 HOMO = edge_key(HOMO_EDGE)
 CITES = "paper__cites__paper"
@@ -52,7 +53,7 @@ def _corrupt(src: Path, tmp_path: Path, name: str, edit: Callable[[Any], Any],
     shutil.copytree(src, root)
     path = io.part_dir(root, part) / name
     obj = torch.load(path, weights_only=True)
-    torch.save(edit(obj), path)
+    forge(path, edit(obj))
     return root
 
 
@@ -219,7 +220,7 @@ def test_non_contiguous_tensors_are_made_contiguous(homo_parts: Path, tmp_path: 
     path = io.part_dir(root, 0) / io.GRAPH_FILE
     graph = torch.load(path, weights_only=True)
     _set(graph, ("csc", HOMO, "indptr"), strided)
-    torch.save(graph, path)
+    forge(path, graph)
     assert not torch.load(path, weights_only=True)["csc"][HOMO]["indptr"].is_contiguous()
     fs = LocalFeatureStore.from_partition(root, 0)
     gs = LocalGraphStore.from_partition(root, 0)
@@ -237,10 +238,11 @@ def test_truncated_and_unsafe_files_are_named(homo_parts: Path, tmp_path: Path) 
         with pytest.raises(PartitionFormatError, match=r"part_1/graph\.pt"):
             store.from_partition(root, 1)
     path = io.part_dir(root, 0) / io.NODE_FEATS_FILE
-    torch.save({"_N": {"x": Path("payload")}}, path)  # a pickle of a non-allow-listed class
+    forge(path, {"_N": {"x": Path("payload")}})  # a pickle of a non-allow-listed class
     with pytest.raises(PartitionFormatError, match=r"part_0/node_feats\.pt.*weights_only"):
         LocalFeatureStore.from_partition(root, 0)
     path.write_bytes(pickle.dumps({"_N": {}}, protocol=2))  # not a torch file at all
+    reseal(path.parent)
     with pytest.raises(PartitionFormatError, match=r"part_0/node_feats\.pt"):
         LocalFeatureStore.from_partition(root, 0)
 

@@ -16,6 +16,7 @@ import torch
 
 from pyg_dist.partition import io
 from pyg_dist.partition.kernels import outside_nodes, sorted_unique
+from pyg_dist.partition.digest import ALGORITHM
 from pyg_dist.partition.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.rows import owned_range
 from pyg_dist.partition.outofcore.scratch import plain
@@ -152,7 +153,7 @@ def source_meta(source: ChunkedSource, num_parts: int, node_offsets: Offsets,
         node_offsets=dict(node_offsets), edge_offsets=dict(edge_offsets),
         node_attrs={t: dict(s) for t, s in source.node_specs.items()},
         edge_attrs={et: dict(s) for et, s in source.edge_specs.items()},
-        splits=tuple(splits), method=method, seed=seed)
+        splits=tuple(splits), method=method, seed=seed, digests=ALGORITHM)
 
 
 def halo_attr_names(source: ChunkedSource, node_type: NodeType,
