@@ -3,7 +3,7 @@
 Every rank forms pyg_dist's RPC group, samples its share of Cora's training nodes
 with full fan-out (so every batch has one right answer), runs an ``all_reduce`` per
 batch like DDP's backward, and writes what it sampled to
-``OUT/inc<restart>_rank<rank>.json``: its seeds (partitioned ids), and per batch the
+``OUT/inc<restart>_rank<rank>.json``: its seeds (original ids, as ``node_split`` gives them), and per batch the
 original ids (``nid``/``oid`` of an id-encoded graph) of the seeds and of the nodes and
 edges the batch holds.
 
