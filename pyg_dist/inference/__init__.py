@@ -1,0 +1,10 @@
+"""Inference over every node of a partitioned graph, and export of the results.
+
+:func:`layerwise` computes every node's output exactly, one layer at a time;
+:mod:`pyg_dist.inference.spec` says which models it can split. ``DistTensor`` rows and
+loader seeds are indexed by relabelled ids only in :mod:`pyg_dist.inference.rows`.
+"""
+from pyg_dist.inference.layerwise import layerwise
+from pyg_dist.inference.spec import LayerwiseSpec, NotLayerwiseError, spec_of
+
+__all__ = ["layerwise", "LayerwiseSpec", "NotLayerwiseError", "spec_of"]
