@@ -4,7 +4,10 @@
 :mod:`pyg_dist.inference.spec` says which models it can split. ``DistTensor`` rows and
 loader seeds are indexed by relabelled ids only in :mod:`pyg_dist.inference.rows`.
 """
+from pyg_dist.inference.export import export
 from pyg_dist.inference.layerwise import layerwise
+from pyg_dist.inference.manifest import ExportFormatError, iter_export, read_export
 from pyg_dist.inference.spec import LayerwiseSpec, NotLayerwiseError, spec_of
 
-__all__ = ["layerwise", "LayerwiseSpec", "NotLayerwiseError", "spec_of"]
+__all__ = ["layerwise", "LayerwiseSpec", "NotLayerwiseError", "spec_of", "export",
+           "read_export", "iter_export", "ExportFormatError"]
