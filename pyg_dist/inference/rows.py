@@ -70,6 +70,11 @@ def write_own_rows(tensor: DistTensor, start: int, values: Tensor) -> None:
         tensor.local_data[start - first:start - first + values.size(0)] = values
 
 
+def write_rows(tensor: DistTensor, ids: Tensor, values: Tensor) -> None:
+    """Writes ``values`` to the rows of relabelled ``ids`` (at their owners)."""
+    tensor[ids.cpu()] = values
+
+
 def own_rows(tensor: DistTensor, start: int, stop: int) -> Tensor:
     """A copy of this rank's own rows of relabelled ids ``[start, stop)``."""
     first, _ = tensor.local_range
