@@ -10,6 +10,7 @@ indexes a ``DistTensor`` or a batch by id.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -19,6 +20,33 @@ from pyg_dist.embedding import DistTensor
 from pyg_dist.partition.book import RangeBook
 
 _RUNS = itertools.count()
+
+
+@dataclass
+class FetchStats:
+    """Rows (and their bytes) this process read from other ranks, since the last reset.
+
+    Args:
+        rows (int): distinct remote rows per request, summed over requests.
+        bytes (int): their size in bytes.
+    """
+    rows: int = 0
+    bytes: int = 0
+
+
+FETCHED = FetchStats()
+
+
+def reset_fetch_stats() -> FetchStats:
+    """Returns the counts so far and starts counting afresh."""
+    done = FetchStats(FETCHED.rows, FETCHED.bytes)
+    FETCHED.rows = FETCHED.bytes = 0
+    return done
+
+
+def count_fetched(num_rows: int, row_bytes: int) -> None:
+    FETCHED.rows += num_rows
+    FETCHED.bytes += num_rows * row_bytes
 
 
 def run_prefix() -> str:
@@ -57,6 +85,10 @@ def own_range(tensor: DistTensor) -> Tuple[int, int]:
 
 def read_rows(tensor: DistTensor, ids: Tensor) -> Tensor:
     """Rows of relabelled ``ids``: own rows directly, every other owner's in one request."""
+    start, stop = tensor.local_range
+    remote = ids[(ids < start) | (ids >= stop)]
+    if remote.numel():
+        count_fetched(int(torch.unique(remote).numel()), 4 * int(tensor.shape[1]))
     return tensor[ids]
 
 
@@ -92,6 +124,12 @@ def release(tensor: DistTensor) -> None:
 def seeds_of(start: int, stop: int) -> Tensor:
     """Loader seeds for the nodes of relabelled ids ``[start, stop)``."""
     return torch.arange(start, stop)
+
+
+def count_batch_fetches(batch: object, part_start: int, part_stop: int, row_bytes: int) -> None:
+    """Counts the rows of a loader batch that came from other partitions."""
+    n_id = batch.n_id
+    count_fetched(int(((n_id < part_start) | (n_id >= part_stop)).sum()), row_bytes)
 
 
 def batch_seeds(batch: object) -> Tensor:

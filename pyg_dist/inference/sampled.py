@@ -73,14 +73,16 @@ def sampled(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphSto
     was_training = model.training
     model.eval()
     try:
-        return _run(model, loader, start, stop, book, progress)
+        return _run(model, loader, (start, stop), graph, progress)
     finally:
         model.train(was_training)
         loader.close()
 
 
-def _run(model: torch.nn.Module, loader: DistNeighborLoader, start: int, stop: int, book,
-         progress: Optional[bool]) -> DistTensor:
+def _run(model: torch.nn.Module, loader: DistNeighborLoader, own: Tuple[int, int],
+         graph: LocalGraphStore, progress: Optional[bool]) -> DistTensor:
+    (start, stop), book = own, graph.node_book()
+    part = (book.start(graph.part), book.start(graph.part) + book.size(graph.part))
     show = sys.stderr.isatty() if progress is None else progress
     batches = iter(track(loader, "sampled inference", enabled=show))
     first = next(batches, None)
@@ -95,6 +97,7 @@ def _run(model: torch.nn.Module, loader: DistNeighborLoader, start: int, stop: i
     batch = first
     while batch is not None:
         seeds = rows.batch_seeds(batch)
+        rows.count_batch_fetches(batch, *part, batch.x.element_size() * batch.x.size(1))
         rows.write_rows(out, seeds, y)
         done.index_add_(0, seeds.cpu() - start, torch.ones(seeds.numel(), dtype=torch.long))
         batch = next(batches, None)
