@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.nn.conv import GINConv, SAGEConv
 
 from pyg_dist.embedding import DistTensor
 from pyg_dist.inference import gcn, rows
@@ -31,6 +32,9 @@ from pyg_dist.sampler.serving import serving_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 Device = Union[str, torch.device, None]
+
+# layers that take (source rows, destination rows) and compute destination rows only
+BIPARTITE = (SAGEConv, GINConv)
 
 
 @torch.no_grad()
@@ -124,7 +128,10 @@ def _layer_batch(spec: LayerwiseSpec, i: int, h: DistTensor, hop: OneHop,
     layer = spec.layers[i]
     x = rows.read_rows(h, hop.n_id).to(device)
     norm = gcn.norm_of(layer)
-    if norm is None:
+    if norm is None and isinstance(layer, BIPARTITE):  # only the destinations' rows
+        y = layer((x, x[:hop.num_dst]), hop.edge_index.to(device),
+                  size=(x.size(0), hop.num_dst))
+    elif norm is None:
         y = layer(x, hop.edge_index.to(device))
     else:
         assert degrees is not None
