@@ -94,6 +94,8 @@ def layerwise(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphS
                        device, show)
             rows.release(h)  # every rank passed the barrier after its last read of h
             h = out
+        for degree in degrees.values():
+            rows.release(degree)
     finally:
         model.train(was_training)
     return h
