@@ -5,6 +5,7 @@ partition per machine (:class:`LocalGraphStore`, :class:`LocalFeatureStore`), an
 train with :class:`DistNeighborLoader` under ``torchrun``.
 """
 from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
+from pyg_dist.inference import infer
 from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
 from pyg_dist.partition import PartitionFormatError, PartitionMeta, Partitioner, RangeBook
 from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
@@ -22,4 +23,5 @@ __all__ = [
     "DistNeighborSampler", "DistNeighborLoader", "DistLinkNeighborLoader",
     "node_split", "edge_split",
     "DistTensor", "DistEmbedding", "SparseAdagrad", "SparseAdam",
+    "infer",
 ]

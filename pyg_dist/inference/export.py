@@ -1,0 +1,129 @@
+"""Writing every node's inference output to files, in the dataset's original node ids.
+
+The format is :mod:`pyg_dist.inference.manifest`'s. Every partition's file pair is
+written by the first rank serving it (it reads its partition-mates' rows), and the
+whole folder appears at once: the pairs are written into a hidden temporary folder
+next to ``DIR`` that one process renames to ``DIR`` after every pair is complete
+(:func:`~pyg_dist.partition.io.atomic_dir`), so a killed export leaves the previous
+export (or nothing), never a half-written one.
+
+Which ranks share a folder is found out, not configured: every rank drops a marker
+file next to ``DIR`` and looks for the others'. With a shared file system all ranks
+see all markers and ``DIR`` gets one manifest listing every partition; with a file
+system per machine each machine's ``DIR`` holds, and its manifest lists, the
+partitions served on that machine.
+"""
+from __future__ import annotations
+
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import torch
+
+from pyg_dist.embedding import DistTensor
+from pyg_dist.inference import manifest as fmt
+from pyg_dist.inference import rows
+from pyg_dist.partition import io
+from pyg_dist.partition.id_maps import read_part_ids
+from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.rpc import DistContext
+
+PathLike = Union[str, Path]
+
+
+def export(result: DistTensor, partition_dir: PathLike, out_dir: PathLike, *,
+           overwrite: bool = False, chunk: int = 65536,
+           ctx: Optional[DistContext] = None) -> Path:
+    """Writes every node's row of ``result`` to ``out_dir`` by original node id (collective).
+
+    Args:
+        result (DistTensor): rows of every node, sharded like the graph (as
+            :func:`~pyg_dist.inference.layerwise` returns them).
+        partition_dir (str or Path): the partition folder (for the original ids).
+        out_dir (str or Path): the export folder to create.
+        overwrite (bool): replace an existing, non-empty ``out_dir``.
+        chunk (int): rows read and written at a time.
+        ctx (DistContext, optional): this process's context (default: from the env).
+
+    Returns:
+        Path: ``out_dir``.
+
+    Raises:
+        FileExistsError: on every rank, if ``out_dir`` exists and ``overwrite`` is False.
+    """
+    ctx = ctx or DistContext.from_env()
+    meta = io.read_meta(partition_dir)
+    if meta.is_hetero:
+        raise NotImplementedError("export of heterogeneous graphs is not implemented yet")
+    if result.dim() != 2 or result.shape[0] != meta.num_nodes[meta.node_types[0]]:
+        raise ValueError(f"result must hold one row per node ({meta.num_nodes}), got shape "
+                         f"{tuple(result.shape)}")
+    out = Path(out_dir)
+    comm = result.comm
+    token = comm.all_gather_object(uuid.uuid4().hex)[0]
+    view = _shared_with(out, token, comm)
+    part = ctx.partition_id(meta.num_parts)
+    leader = ctx.ranks_of(part, meta.num_parts)[0] == ctx.rank
+    with ExitStack() as stack:
+        error: Optional[BaseException] = None
+        tmp: Optional[Path] = None
+        try:
+            if ctx.rank == view[0]:
+                tmp = stack.enter_context(io.atomic_dir(out, overwrite=overwrite))
+        except (OSError, ValueError) as exc:
+            error = exc
+        comm.agree(error, f"creating export folder {out}")
+        folder = Path(comm.all_gather_object(str(tmp) if tmp else "")[view[0]])
+        error = None
+        try:
+            if leader:
+                _write_pair(result, partition_dir, meta, part, folder, chunk)
+        except Exception as exc:  # re-raised by agree, and reported to every other rank
+            error = exc
+        comm.agree(error, f"writing export {out}")
+        if tmp is not None:
+            parts = sorted(ctx.partition_of(r, meta.num_parts) for r in view)
+            entries = [fmt.pair_paths(meta.node_types[0], p) for p in dict.fromkeys(parts)]
+            io.save_json(fmt.manifest({meta.node_types[0]: entries}), tmp / fmt.MANIFEST)
+    comm.agree(None, f"finishing export {out}")  # nobody returns before out_dir is there
+    return out
+
+
+def _shared_with(out: Path, token: str, comm) -> List[int]:
+    """The ranks whose file system shows ``out``'s parent as this rank sees it (sorted)."""
+    marker = out.parent / f".{out.name}.export-{token}-{comm.rank}"
+    error: Optional[BaseException] = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError as exc:
+        error = exc
+    comm.agree(error, f"creating {out.parent}")
+    try:
+        seen = [r for r in range(comm.world_size)
+                if (out.parent / f".{out.name}.export-{token}-{r}").exists()]
+        comm.all_gather_object(None)  # every rank has looked
+    finally:
+        marker.unlink(missing_ok=True)
+    return seen
+
+
+def _write_pair(result: DistTensor, partition_dir: PathLike, meta: PartitionMeta, part: int,
+                folder: Path, chunk: int) -> None:
+    """Writes partition ``part``'s ids and rows into ``folder`` (``chunk`` rows at a time)."""
+    node_type = meta.node_types[0]
+    paths: Dict[str, str] = fmt.pair_paths(node_type, part)
+    ids = read_part_ids(partition_dir, meta, part)[node_type]
+    (folder / paths["ids"]).parent.mkdir(parents=True, exist_ok=True)
+    np.save(folder / paths["ids"], ids.numpy().astype(np.int64, copy=False))
+    start = meta.node_offsets[node_type][part]
+    values = np.lib.format.open_memmap(folder / paths["values"], mode="w+", dtype=np.float32,
+                                       shape=(ids.numel(), result.shape[1]))
+    for lo in range(0, ids.numel(), chunk):
+        hi = min(lo + chunk, ids.numel())
+        values[lo:hi] = rows.read_rows(result, torch.arange(start + lo, start + hi)).numpy()
+    values.flush()
+    del values

@@ -1,0 +1,146 @@
+"""The export format: ``DIR/manifest.json`` and its ``.npy`` file pairs, and its reader.
+
+Contract (other tools read it; change it only with a version bump)::
+
+    DIR/manifest.json = {"format": "pyg_dist-export", "version": 1,
+                         "node_types": {TYPE: [{"ids": REL, "values": REL}, ...]}}
+
+Each ``ids`` file is a ``.npy`` of int64 original node ids and its ``values`` file a
+``.npy`` float32 ``[len(ids), dim]``; one pair per partition; paths are relative to
+``DIR``. Homogeneous graphs use the node type ``"_N"`` (the partition format's name).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePosixPath
+from typing import Any, Dict, Iterator, List, Tuple, Union
+
+import numpy as np
+
+FORMAT = "pyg_dist-export"
+VERSION = 1
+MANIFEST = "manifest.json"
+
+PathLike = Union[str, Path]
+
+
+class ExportFormatError(ValueError):
+    """An export folder is not as the manifest contract says (names the file)."""
+
+
+def manifest(entries: Dict[str, List[Dict[str, str]]]) -> Dict[str, Any]:
+    """The manifest object listing ``entries`` (node type -> file pairs)."""
+    return {"format": FORMAT, "version": VERSION, "node_types": entries}
+
+
+def pair_paths(node_type: str, part: int) -> Dict[str, str]:
+    """Relative paths of partition ``part``'s file pair of ``node_type``."""
+    folder = "".join(c if c.isalnum() or c in "_-." else "_" for c in node_type)
+    return {"ids": f"{folder}/part_{part}.ids.npy", "values": f"{folder}/part_{part}.values.npy"}
+
+
+def read_manifest(root: PathLike) -> Dict[str, List[Tuple[Path, Path]]]:
+    """The checked file pairs of the export folder ``root``, by node type.
+
+    Raises:
+        ExportFormatError: naming the file and the problem.
+    """
+    root = Path(root)
+    path = root / MANIFEST
+    if not path.is_file():
+        raise ExportFormatError(f"{path} is missing: {root} is not a pyg_dist export")
+    try:
+        obj = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ExportFormatError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ExportFormatError(f"{path}: 'format' must be {FORMAT!r}")
+    if obj.get("version") != VERSION:
+        raise ExportFormatError(f"{path}: version {obj.get('version')!r} is not supported "
+                                f"(this reader knows version {VERSION})")
+    types = obj.get("node_types")
+    if not isinstance(types, dict) or set(obj) != {"format", "version", "node_types"}:
+        raise ExportFormatError(f"{path}: expected exactly the keys format, version and "
+                                f"node_types (a dict of node type -> file pairs)")
+    return {str(t): [_pair(root, path, t, i, e) for i, e in enumerate(_list(path, t, pairs))]
+            for t, pairs in types.items()}
+
+
+def _list(path: Path, node_type: str, pairs: Any) -> list:
+    if not isinstance(pairs, list):
+        raise ExportFormatError(f"{path}: node_types[{node_type!r}] must be a list of "
+                                f"{{'ids': ..., 'values': ...}} entries")
+    return pairs
+
+
+def _pair(root: Path, path: Path, node_type: str, i: int, entry: Any) -> Tuple[Path, Path]:
+    where = f"{path}: node_types[{node_type!r}][{i}]"
+    if not isinstance(entry, dict) or set(entry) != {"ids", "values"}:
+        raise ExportFormatError(f"{where} must have exactly the keys 'ids' and 'values'")
+    return _inside(root, entry["ids"], where), _inside(root, entry["values"], where)
+
+
+def _inside(root: Path, rel: Any, where: str) -> Path:
+    """``root / rel`` after checking it is a relative path that stays inside ``root``."""
+    if not isinstance(rel, str) or not rel:
+        raise ExportFormatError(f"{where}: a path must be a non-empty string, got {rel!r}")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or "\\" in rel:
+        raise ExportFormatError(f"{where}: path {rel!r} must be relative and stay inside "
+                                f"the export folder")
+    full = (root / pure).resolve()
+    if not full.is_relative_to(root.resolve()):
+        raise ExportFormatError(f"{where}: path {rel!r} leaves the export folder (a link?)")
+    return full
+
+
+def iter_export(root: PathLike) -> Iterator[Tuple[str, np.ndarray, np.ndarray]]:
+    """``(node_type, ids, values)`` of every checked file pair (arrays mapped read-only)."""
+    for node_type, pairs in read_manifest(root).items():
+        dim = None
+        for ids_path, values_path in pairs:
+            ids = _load(ids_path, np.int64, 1)
+            values = _load(values_path, np.float32, 2)
+            if values.shape[0] != ids.shape[0]:
+                raise ExportFormatError(f"{values_path}: {values.shape[0]} rows but "
+                                        f"{ids_path} holds {ids.shape[0]} ids")
+            if dim is not None and values.shape[1] != dim:
+                raise ExportFormatError(f"{values_path}: rows of width {values.shape[1]}, "
+                                        f"other files of {node_type!r} have width {dim}")
+            dim = values.shape[1]
+            yield node_type, ids, values
+
+
+def _load(path: Path, dtype: type, ndim: int) -> np.ndarray:
+    if not path.is_file():
+        raise ExportFormatError(f"export file {path} is missing")
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise ExportFormatError(f"export file {path} is not a plain .npy array: {exc}") from None
+    if array.dtype != np.dtype(dtype) or array.ndim != ndim:
+        raise ExportFormatError(f"export file {path} must be a {ndim}-D "
+                                f"{np.dtype(dtype).name} array, got {array.ndim}-D {array.dtype}")
+    return array
+
+
+def read_export(root: PathLike) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+    """Every node type's ``(ids, values)`` of the export folder ``root``, concatenated
+    over its files (holds them in memory: for tools and tests; large exports read the
+    pairs one at a time with :func:`iter_export`).
+
+    Raises:
+        ExportFormatError: naming the file, on a malformed manifest or file, or an id
+            listed twice.
+    """
+    parts: Dict[str, List[Tuple[np.ndarray, np.ndarray]]] = {}
+    for node_type, ids, values in iter_export(root):
+        parts.setdefault(node_type, []).append((np.asarray(ids), np.asarray(values)))
+    out = {}
+    for node_type, pairs in parts.items():
+        ids = np.concatenate([p[0] for p in pairs])
+        if np.unique(ids).size != ids.size:
+            raise ExportFormatError(f"{Path(root) / MANIFEST}: node type {node_type!r} lists "
+                                    f"some node id more than once")
+        out[node_type] = (ids, np.concatenate([p[1] for p in pairs]))
+    return out

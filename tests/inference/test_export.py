@@ -1,0 +1,180 @@
+"""Export: every node's row once, by original id, equal to the in-memory result; the
+folder appears whole or not at all; the reader rejects malformed folders."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from infer_models import build, references
+from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
+from pyg_dist.inference import ExportFormatError, export, layerwise, read_export
+from pyg_dist.partition import io
+from pyg_dist.testing import run_ranks
+
+
+def _stores(root: Path, pid: int = 0):
+    return (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
+
+
+@pytest.fixture(scope="module")
+def cora1(cora, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cora1x")
+    Partitioner(cora, 1, root, seed=0, progress=False).generate()
+    return cora, root
+
+
+def _joined(out: Path, num_nodes: int) -> np.ndarray:
+    exported = read_export(out)
+    assert list(exported) == ["_N"]
+    ids, values = exported["_N"]
+    assert ids.dtype == np.int64 and values.dtype == np.float32
+    assert np.array_equal(np.sort(ids), np.arange(num_nodes))  # one row per node
+    joined = np.empty_like(values)
+    joined[ids] = values
+    return joined
+
+
+def test_one_process_round_trip(cora1, tmp_path):
+    data, root = cora1
+    result = layerwise(build("sage", data.num_features), _stores(root), progress=False)
+    out = export(result, root, tmp_path / "exp")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest == {"format": "pyg_dist-export", "version": 1, "node_types": {"_N": [
+        {"ids": "_N/part_0.ids.npy", "values": "_N/part_0.values.npy"}]}}
+    expected = references(data, ["sage"])["sage"].numpy()
+    assert np.allclose(_joined(out, data.num_nodes), expected, atol=1e-5)
+    with pytest.raises(FileExistsError, match="exp"):
+        export(result, root, out)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no markers left
+
+
+def test_failed_export_leaves_previous(cora1, tmp_path, monkeypatch):
+    data, root = cora1
+    result = layerwise(build("gin", data.num_features), _stores(root), progress=False)
+    out = export(result, root, tmp_path / "exp")
+    before = read_export(out)["_N"][1].copy()
+    result.local_data.zero_()
+
+    def failing_save(*args, **kwargs):
+        raise OSError("disk full (injected)")
+    monkeypatch.setattr(np.lib.format, "open_memmap", failing_save)
+    with pytest.raises(OSError, match="injected"):
+        export(result, root, out, overwrite=True)
+    monkeypatch.undo()
+    assert np.array_equal(read_export(out)["_N"][1], before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
+_KILLED = """
+import os, sys, numpy as np
+from pathlib import Path
+from pyg_dist import LocalFeatureStore, LocalGraphStore
+from pyg_dist.inference import export, layerwise
+sys.path.insert(0, {tests!r})
+from infer_models import build
+root = Path({root!r})
+data = (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
+result = layerwise(build("gin", 1433), data, progress=False)
+real = np.save
+def save_then_die(path, *args, **kwargs):
+    real(path, *args, **kwargs)
+    os._exit(9)   # killed after the first file of the new export
+np.save = save_then_die
+export(result, root, {out!r}, overwrite=True)
+"""
+
+
+def test_killed_export_leaves_previous(cora1, tmp_path):
+    data, root = cora1
+    result = layerwise(build("sage", data.num_features), _stores(root), progress=False)
+    out = export(result, root, tmp_path / "exp")
+    before = read_export(out)["_N"][1].copy()
+    code = _KILLED.format(tests=str(Path(__file__).parent), root=str(root), out=str(out))
+    env = {**os.environ, "WORLD_SIZE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, timeout=120)
+    assert proc.returncode == 9
+    assert np.array_equal(read_export(out)["_N"][1], before)  # still the previous export
+    again = export(result, root, out, overwrite=True)  # the leftover is cleaned up
+    assert np.array_equal(read_export(again)["_N"][1], before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
+def _write(root: Path, manifest, files: Dict[str, np.ndarray]) -> Path:
+    root.mkdir()
+    for rel, array in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        np.save(root / rel, array)
+    (root / "manifest.json").write_text(manifest if isinstance(manifest, str)
+                                        else json.dumps(manifest))
+    return root
+
+
+def _manifest(pairs, version=1):
+    return {"format": "pyg_dist-export", "version": version, "node_types": {"_N": pairs}}
+
+
+GOOD = {"a.npy": np.arange(3, dtype=np.int64), "b.npy": np.ones((3, 2), np.float32)}
+
+
+@pytest.mark.parametrize("manifest, files, match", [
+    ("{not json", GOOD, "not valid JSON"),
+    (_manifest([{"ids": "a.npy", "values": "b.npy"}], version=2), GOOD, "version 2"),
+    (_manifest([{"ids": "../a.npy", "values": "b.npy"}]), GOOD, "stay inside"),
+    (_manifest([{"ids": "/etc/passwd", "values": "b.npy"}]), GOOD, "stay inside"),
+    (_manifest([{"ids": "a.npy"}]), GOOD, "'ids' and 'values'"),
+    (_manifest([{"ids": "a.npy", "values": "c.npy"}]), GOOD, "c.npy is missing"),
+    (_manifest([{"ids": "b.npy", "values": "b.npy"}]), GOOD, "1-D int64"),
+    (_manifest([{"ids": "a.npy", "values": "c.npy"}]),
+     {**GOOD, "c.npy": np.ones((2, 2), np.float32)}, "2 rows but"),
+    (_manifest([{"ids": "a.npy", "values": "b.npy"}, {"ids": "a.npy", "values": "b.npy"}]),
+     GOOD, "more than once"),
+    (_manifest([{"ids": "a.npy", "values": "c.npy"}]),
+     {**GOOD, "c.npy": np.array([{"x": 1}] * 3, dtype=object)}, "plain .npy"),
+])
+def test_reader_rejects_malformed(tmp_path, manifest, files, match):
+    root = _write(tmp_path / "exp", manifest, files)
+    with pytest.raises(ExportFormatError, match=match):
+        read_export(root)
+
+
+def test_reader_rejects_link_out_of_folder(tmp_path):
+    np.save(tmp_path / "outside.npy", np.arange(3, dtype=np.int64))
+    root = _write(tmp_path / "exp", _manifest([{"ids": "a.npy", "values": "b.npy"}]), GOOD)
+    (root / "a.npy").unlink()
+    (root / "a.npy").symlink_to(tmp_path / "outside.npy")
+    with pytest.raises(ExportFormatError, match="leaves the export folder"):
+        read_export(root)
+
+
+# ---- multi-process ----------------------------------------------------------------
+def _job(root: str, out: str, world_per_part: int) -> None:
+    ctx = DistContext.from_env(rpc_timeout=60)
+    dist.init_process_group("gloo", rank=ctx.rank, world_size=ctx.world_size)
+    num_parts = io.read_meta(Path(root)).num_parts
+    data = _stores(Path(root), ctx.partition_id(num_parts))
+    result = layerwise(build("gat", int(data[0].get_tensor_size(None, "x")[1])), data,
+                       batch_size=256, progress=False, ctx=ctx)
+    export(result, root, out, ctx=ctx)
+    shutdown_rpc()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("parts, world", [(2, 2), (3, 3), (1, 2)])
+def test_distributed_round_trip(cora, tmp_path, parts, world):
+    root = tmp_path / "parts"
+    Partitioner(cora, parts, root, seed=0, progress=False).generate()
+    run_ranks(_job, world, str(root), str(tmp_path / "exp"), world // parts, timeout=240)
+    manifest = json.loads((tmp_path / "exp" / "manifest.json").read_text())
+    assert len(manifest["node_types"]["_N"]) == parts  # one file pair per partition
+    expected = references(cora, ["gat"])["gat"].numpy()
+    assert np.allclose(_joined(tmp_path / "exp", cora.num_nodes), expected, atol=1e-5)
