@@ -78,14 +78,14 @@ def layerwise(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphS
     if ctx.world_size > 1:
         serving_group(ctx, features, graph)
     book = graph.node_book()
-    csc = next(iter(graph.csc.values()))
+    csc = next(iter(graph.csc_by_type.values()))
     prefix = rows.run_prefix()
     was_training = model.training
     model.eval()
     try:
         h = rows.node_rows(f"{prefix}.x", book, _feature_dim(features, x_attr),
-                           fill=lambda lo, hi: features.get_tensor(None, x_attr,
-                                                                   torch.arange(lo, hi)))
+                           fill=lambda lo, hi: features.gather(features.resolve(None), x_attr,
+                                                               torch.arange(lo, hi)))
         degrees = _degrees(spec, csc, book, prefix, batch_size)
         show = sys.stderr.isatty() if progress is None else progress
         for i, layer in enumerate(spec.layers):

@@ -2,10 +2,10 @@
 
 Inside :mod:`pyg_dist.inference` nodes are named by their **relabelled** (range) ids:
 partition ``p`` owns ``[node_offsets[p], node_offsets[p+1])`` and a ``DistTensor``
-created with ``partition=`` the node book keeps a node's row at that id. If the public
-ids of ``DistTensor`` indices, loader seeds and batches change (to the dataset's original
-ids), these functions, and only these, need to follow; nothing else in the package
-indexes a ``DistTensor`` or a batch by id.
+created with ``partition=`` the node book keeps a node's row at that id. Loaders take
+and batches return the dataset's original ids (``batch.part_n_id`` holds the relabelled
+ones), so loader seeds are translated here; nothing else in the package indexes a
+``DistTensor`` or a batch by id. Exports are written in original ids.
 """
 from __future__ import annotations
 
@@ -121,17 +121,20 @@ def release(tensor: DistTensor) -> None:
         tensor.local_data.set_()
 
 
-def seeds_of(start: int, stop: int) -> Tensor:
-    """Loader seeds for the nodes of relabelled ids ``[start, stop)``."""
-    return torch.arange(start, stop)
+def seeds_of(features: object, start: int, stop: int) -> Tensor:
+    """Loader seeds for the nodes of relabelled ids ``[start, stop)``: loaders take the
+    dataset's original ids, which the partition's id table gives."""
+    node_type = features.meta.node_types[0]
+    return features.id_tables.to_original("node", node_type, torch.arange(start, stop))
 
 
 def count_batch_fetches(batch: object, part_start: int, part_stop: int, row_bytes: int) -> None:
     """Counts the rows of a loader batch that came from other partitions."""
-    n_id = batch.n_id
+    n_id = batch.part_n_id
     count_fetched(int(((n_id < part_start) | (n_id >= part_stop)).sum()), row_bytes)
 
 
 def batch_seeds(batch: object) -> Tensor:
-    """The relabelled ids of a loader batch's seed nodes (its first ``batch_size`` nodes)."""
-    return batch.n_id[:batch.batch_size]
+    """The relabelled ids of a loader batch's seed nodes (its first ``batch_size`` nodes;
+    ``batch.n_id`` holds their original ids)."""
+    return batch.part_n_id[:batch.batch_size]

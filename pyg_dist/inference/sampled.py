@@ -66,7 +66,8 @@ def sampled(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphSto
     book = graph.node_book()
     offsets = rank_offsets(book.total, ctx.world_size, book)
     start, stop = offsets[ctx.rank], offsets[ctx.rank + 1]
-    loader = DistNeighborLoader(data, num_neighbors, input_nodes=rows.seeds_of(start, stop),
+    loader = DistNeighborLoader(data, num_neighbors,
+                                input_nodes=rows.seeds_of(features, start, stop),
                                 batch_size=batch_size, shuffle=False, even_batches=False,
                                 num_workers=num_workers, seed=seed, device=device,
                                 current_ctx=ctx)
