@@ -192,13 +192,14 @@ def _shared_job(root: str) -> dict:
                        for p in range(meta.num_parts)])
     book = meta.node_book(t)
     mine = torch.arange(book.start(pid), book.start(pid) + book.size(pid))
-    half = mine[ctx.rank % 2::2]  # the two trainers of a partition split its nodes
+    # the two trainers of a partition split its nodes (seeds are original ids)
+    half = data[0].id_tables.to_original("node", t, mine[ctx.rank % 2::2])
     try:
         loader = DistNeighborLoader(data, [3, 2], input_nodes=half, batch_size=128,
                                     num_workers=1, feature_cache=0.5, current_ctx=ctx)
         cache = loader.sampler.fetcher.cache
         built_bytes = loader.sampler.fetcher.stats.bytes  # the cache's own fetch, if built here
-        exact = [torch.equal(b.x, truth[b.n_id]) for b in loader]
+        exact = [torch.equal(b.x, truth[b.part_n_id]) for b in loader]  # truth: internal ids
         counted = loader.cache_stats  # counted in the worker, added up here
         files = _mapped_cache_files(os.getpid())
         workers = [_mapped_cache_files(p.pid) for p in loader._pool.procs]
