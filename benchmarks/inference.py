@@ -82,7 +82,7 @@ def dist_job(root: str, args: argparse.Namespace, mode: str) -> Dict:
 
     from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, shutdown_rpc
     from pyg_dist.inference import infer, rows
-    from pyg_dist.partition import io
+    from pyg_dist.format import io
 
     ctx = DistContext.from_env(rpc_timeout=600)
     if ctx.world_size > 1:
@@ -122,7 +122,7 @@ def _summary(name: str, outs: List[Dict]) -> Dict:
 def _check(root: Path, outs: List[Dict], full: torch.Tensor) -> Tuple[float, int]:
     """Largest difference from full batch over the first rows of every rank's shard
     (those among the reference's original ids)."""
-    from pyg_dist.partition.id_maps import read_id_map
+    from pyg_dist.format.id_maps import read_id_map
 
     node_map = read_id_map(root)
     worst, checked = 0.0, 0

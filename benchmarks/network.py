@@ -213,7 +213,7 @@ def worker(args: argparse.Namespace) -> None:
     its figures to ``--result-dir``."""
     from pyg_dist import (DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore,
                           node_split, shutdown_rpc)
-    from pyg_dist.partition import io
+    from pyg_dist.format import io
 
     ctx = DistContext.from_env(rpc_timeout=300)
     root = str(args.root)

@@ -98,7 +98,7 @@ def _open_sampler(root: str, cfg: BenchConfig):
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)
-    from pyg_dist.partition import io
+    from pyg_dist.format import io
     pid = ctx.partition_id(io.read_meta(Path(root)).num_parts)
     data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
     sampler = DistNeighborSampler(data, num_neighbors=cfg.fanout, current_ctx=ctx,

@@ -29,7 +29,8 @@ from torch import Tensor
 
 from pyg_dist import (DistContext, LocalFeatureStore, LocalGraphStore, init_process_group,
                       shutdown_rpc)
-from pyg_dist.partition import PartitionMeta, io
+from pyg_dist.format import io
+from pyg_dist.format import PartitionMeta
 from pyg_dist.rpc import health, runtime
 from pyg_dist.store.memory import process_memory
 

@@ -7,7 +7,8 @@ train with :class:`DistNeighborLoader` under ``torchrun``.
 from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
 from pyg_dist.inference import infer
 from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
-from pyg_dist.partition import PartitionFormatError, PartitionMeta, Partitioner, RangeBook
+from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook
+from pyg_dist.partition import Partitioner
 from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
                           init_process_group, shutdown_rpc)
 from pyg_dist.sampler import DistNeighborSampler, init_rpc

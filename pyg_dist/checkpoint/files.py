@@ -15,7 +15,7 @@ then ``LATEST`` is replaced atomically (temporary file, fsync, ``os.replace``), 
 versions beyond the newest ``keep`` are removed. A crash at any point leaves ``LATEST``
 naming the previous, complete version.
 
-Every file of a version but ``info.json`` has its digest (:mod:`pyg_dist.partition.digest`)
+Every file of a version but ``info.json`` has its digest (:mod:`pyg_dist.format.digest`)
 in ``info.json`` (version 2): a file changed in place, truncated or missing is named at load.
 Version 1 (no digests) is still read. ``LATEST`` must be a regular file naming a complete
 version; anything else is a :class:`CheckpointError`, never "no checkpoint".
@@ -38,7 +38,7 @@ from torch import Tensor
 from pyg_dist.embedding.checkpoint_files import atomic_write, remove
 from pyg_dist.embedding.checkpoint_manifest import CheckpointError
 from pyg_dist.loader.state import LoaderState
-from pyg_dist.partition.digest import DigestMismatch, check_file, file_digest
+from pyg_dist.format.digest import DigestMismatch, check_file, file_digest
 
 log = logging.getLogger("pyg_dist")
 

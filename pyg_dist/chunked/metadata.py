@@ -29,7 +29,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from pyg_dist.chunked.errors import ChunkedFormatError
 from pyg_dist.chunked.paths import EXTERNAL_HINT, chunk_path, is_inside, regular_file_size
-from pyg_dist.partition.schema import Field, PartitionFormatError
+from pyg_dist.format.schema import Field, PartitionFormatError
 from pyg_dist.typing import EdgeType
 
 METADATA_FILE = "metadata.json"

@@ -16,7 +16,7 @@ from pyg_dist.cli.partition import summary_table
 from pyg_dist.convert.pickles import PygFormatError
 from pyg_dist.convert.pyg import convert_pyg_partitions
 from pyg_dist.datasets.errors import DatasetError
-from pyg_dist.partition.meta import PartitionFormatError
+from pyg_dist.format.meta import PartitionFormatError
 
 PROG = "pyg-dist-convert"
 

@@ -23,7 +23,7 @@ from pyg_dist.datasets.loading import load_graph_file
 from pyg_dist.datasets.pyg_extras import (ExtrasLayout, choose_labelled_type, extras_layout,
                                           labelled_node_type, write_pyg_extras)
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.partition.partitioner import Partitioner
 from pyg_dist.partition.progress import step
 

@@ -19,7 +19,7 @@ from pyg_dist.convert.pickles import PickleLoader, PygFormatError
 from pyg_dist.convert.pyg_graph import PygGraphReader
 from pyg_dist.convert.pyg_layout import PygLayout
 from pyg_dist.datasets.pyg_extras import ExtrasLayout, extras_layout, write_pyg_extras
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.partition.partitioner import Partitioner
 from pyg_dist.typing import HOMO_NODE, NodeType
 

@@ -27,9 +27,9 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.datasets.errors import DatasetError
-from pyg_dist.partition import io, validate
-from pyg_dist.partition.id_maps import read_part_ids
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format import io, validate
+from pyg_dist.format.id_maps import read_part_ids
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.typing import HOMO_NODE, NodeType
 
 SUFFIX = "-partitions"

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding.checkpoint_manifest import CheckpointError, ShardEntry, TensorEntry
-from pyg_dist.partition.digest import DigestMismatch, bytes_digest, check_file, file_digest
+from pyg_dist.format.digest import DigestMismatch, bytes_digest, check_file, file_digest
 
 LATEST = "LATEST"
 MANIFEST = "manifest.json"

@@ -13,7 +13,7 @@ Version 2 (written now) describes several objects saved together::
               "shards": [{"file": "t0_r0.pt", "start": 0, "stop": 9,
                           "digest": "blake2b-128:..."}, ...]}
 
-A shard's ``digest`` (:mod:`pyg_dist.partition.digest`, recorded at save time) is
+A shard's ``digest`` (:mod:`pyg_dist.format.digest`, recorded at save time) is
 checked before the shard is loaded; manifests written before digests existed have none
 and still load.
 

@@ -22,8 +22,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.book import RangeBook
+from pyg_dist.format.meta import PartitionMeta
 
 PartitionLike = Union[RangeBook, PartitionMeta, Sequence[int], None]
 

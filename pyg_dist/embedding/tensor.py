@@ -10,7 +10,7 @@ from torch import Tensor
 from pyg_dist.embedding import shards
 from pyg_dist.embedding.comm import Comm
 from pyg_dist.embedding.layout import PartitionLike, ShardLayout, resolve_book
-from pyg_dist.partition.book import RangeBook
+from pyg_dist.format.book import RangeBook
 from pyg_dist.rpc.routing import RemoteResponseError, fan_out, split_by_owner
 
 InitFunc = Callable[[Tuple[int, ...], torch.dtype], Tensor]

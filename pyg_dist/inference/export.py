@@ -4,7 +4,7 @@ The format is :mod:`pyg_dist.inference.manifest`'s. Every partition's file pair 
 written by the first rank serving it (it reads its partition-mates' rows), and the
 whole folder appears at once: the pairs are written into a hidden temporary folder
 next to ``DIR`` that one process renames to ``DIR`` after every pair is complete
-(:func:`~pyg_dist.partition.io.atomic_dir`), so a killed export leaves the previous
+(:func:`~pyg_dist.format.io.atomic_dir`), so a killed export leaves the previous
 export (or nothing), never a half-written one.
 
 Which ranks share a folder is found out, not configured: every rank drops a marker
@@ -26,9 +26,9 @@ import torch
 from pyg_dist.embedding import DistTensor
 from pyg_dist.inference import manifest as fmt
 from pyg_dist.inference import rows
-from pyg_dist.partition import io
-from pyg_dist.partition.id_maps import read_part_ids
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format import io
+from pyg_dist.format.id_maps import read_part_ids
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc import DistContext
 
 PathLike = Union[str, Path]

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.partition.book import RangeBook
+from pyg_dist.format.book import RangeBook
 
 _RUNS = itertools.count()
 

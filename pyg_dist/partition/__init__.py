@@ -1,8 +1,7 @@
-"""Offline partitioning and the versioned on-disk format."""
-from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.id_maps import read_id_map, read_part_ids
-from pyg_dist.partition.meta import FORMAT, VERSION, PartitionFormatError, PartitionMeta
+"""Offline partitioning: from a graph (in memory, chunked, or over several machines) to a folder.
+
+The folder's format lives in :mod:`pyg_dist.format`.
+"""
 from pyg_dist.partition.partitioner import Partitioner
 
-__all__ = ["RangeBook", "PartitionMeta", "PartitionFormatError", "Partitioner", "FORMAT",
-           "VERSION", "read_id_map", "read_part_ids"]
+__all__ = ["Partitioner"]

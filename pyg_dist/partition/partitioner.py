@@ -20,14 +20,14 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.partition import io
+from pyg_dist.format import io
 from pyg_dist.partition.assign import METHODS, assign, check_given
-from pyg_dist.partition.identity import part_digest, partition_uid
+from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import csc_order, gather_sources, outside_nodes
-from pyg_dist.partition.digest import ALGORITHM
-from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
+from pyg_dist.format.digest import ALGORITHM
+from pyg_dist.format.meta import AttrSpec, PartitionMeta, PartStats
 from pyg_dist.partition.progress import track
-from pyg_dist.partition.schema import dtype_name
+from pyg_dist.format.schema import dtype_name
 from pyg_dist.partition.tables import GraphTables
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 

@@ -3,7 +3,7 @@
 A ``.pt`` file (``torch.save``; read with ``weights_only=True`` and mapped): ``format``,
 ``version``, ``ids`` (per node type, sorted global ids), ``rows`` (per node type and
 attribute, one row per id) and ``digest``, a content digest of ids and rows
-(:func:`payload_digest`, :mod:`pyg_dist.partition.digest`) checked when a process adopts
+(:func:`payload_digest`, :mod:`pyg_dist.format.digest`) checked when a process adopts
 the file, so bytes edited in place (mtime restored or not) are refused.
 
 Written under a random name, ``0600``. Every file a cleaner (:func:`clean_stale`, of any
@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.digest import bytes_digest
+from pyg_dist.format.digest import bytes_digest
 from pyg_dist.sampler.cache import FeatureCache
 from pyg_dist.store.source import FileId
 from pyg_dist.typing import NodeType

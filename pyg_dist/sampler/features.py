@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.book import RangeBook
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose

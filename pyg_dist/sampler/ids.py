@@ -10,7 +10,7 @@ internal; batches carry them as ``part_n_id``/``part_e_id`` for those who want t
 
 **Relabelled -> original** (batches). The owner of a node or edge knows its original id:
 ``part_<p>/node_ids.pt``/``edge_ids.pt`` (format v2; v1's root maps are read by
-:func:`~pyg_dist.partition.id_maps.read_part_ids`), *mapped*, so every process of a
+:func:`~pyg_dist.format.id_maps.read_part_ids`), *mapped*, so every process of a
 machine shares one copy in the page cache (8 bytes per owned node and per owned edge,
 never a private copy). The original id is one more column of the rows the owner
 already sends (:data:`ID_ATTR`): remote rows, direct same-machine reads and the
@@ -29,8 +29,8 @@ from typing import Any, Dict, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.id_maps import read_part_ids
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.id_maps import read_part_ids
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]

@@ -12,7 +12,7 @@ from typing import Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.schema import PartitionFormatError
+from pyg_dist.format.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR, PartIds
 from pyg_dist.sampler.kernels import sample_one_hop

@@ -15,7 +15,7 @@ from torch import Tensor
 from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput,
                                      NegativeSampling, NodeSamplerInput, SamplerOutput)
 
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.cache import Budget

@@ -9,10 +9,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from pyg_dist.partition import io, validate
-from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.manifest import check_files
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format import io, validate
+from pyg_dist.format.book import RangeBook
+from pyg_dist.format.manifest import check_files
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.store.ids import OwnedIds, PartitionIds
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_key
@@ -92,7 +92,7 @@ class LocalFeatureStore(FeatureStore):
 
         The partition's ``graph.pt`` must carry the ``uid`` of ``META.json`` (read
         without loading its tensors), and every loaded tensor is checked against
-        ``META.json`` (:mod:`pyg_dist.partition.validate`): one row per owned id,
+        ``META.json`` (:mod:`pyg_dist.format.validate`): one row per owned id,
         dtype and per-row shape as declared, split ids in the owned range.
 
         Args:
@@ -108,11 +108,11 @@ class LocalFeatureStore(FeatureStore):
                 default ``False`` keeps a mapped open constant-time). Files read in full
                 (``splits.pt`` always, the feature files with ``mmap=False``) are always
                 checked against the digests their ``MANIFEST.json`` records, and every
-                file's size is (:mod:`pyg_dist.partition.manifest`).
+                file's size is (:mod:`pyg_dist.format.manifest`).
 
         Raises:
             PartitionFormatError: naming the file and the problem
-                (:class:`~pyg_dist.partition.manifest.PartitionDigestError` when its
+                (:class:`~pyg_dist.format.manifest.PartitionDigestError` when its
                 bytes differ from the digest recorded at write time).
             TypeError: ``root``, ``pid``, ``mmap`` or ``verify`` of the wrong type.
         """

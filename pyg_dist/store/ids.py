@@ -3,7 +3,7 @@
 At the API boundary ids are the dataset's original ids; inside, partition ``p`` owns the
 relabelled range ``[offset, offset + n)``, and ``part_<p>/node_ids.pt`` / ``edge_ids.pt``
 hold the original id of every owned row, in row order (see
-:mod:`pyg_dist.partition.id_maps`). :class:`OwnedIds` translates between the two for
+:mod:`pyg_dist.format.id_maps`). :class:`OwnedIds` translates between the two for
 owned ids only, with ``searchsorted`` over that (mapped) tensor when its ids increase
 (node ids do: the partitioner keeps each partition's nodes in original order; nothing
 private is built), else over a copy sorted once on first use (16 bytes per owned id;
@@ -16,8 +16,8 @@ from typing import Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.id_maps import read_part_ids
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format.id_maps import read_part_ids
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.partition import io
-from pyg_dist.partition.id_maps import read_part_ids
+from pyg_dist.format import io
+from pyg_dist.format.id_maps import read_part_ids
 from pyg_dist.typing import EdgeType, NodeType
 
 SPLITS = ("train", "val", "test")

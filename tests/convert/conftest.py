@@ -20,10 +20,10 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore
 from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.partition import io
-from pyg_dist.partition.integrity import verify_folder
+from pyg_dist.format import io
+from pyg_dist.format.integrity import verify_folder
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
-from pyg_dist.partition.id_maps import read_id_map
+from pyg_dist.format.id_maps import read_id_map
 
 SPLITS = ("train", "val", "test")
 

@@ -18,10 +18,10 @@ import torch.distributed as dist
 
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader, LocalFeatureStore,
                       LocalGraphStore, Partitioner, edge_split, node_split, shutdown_rpc)
-from pyg_dist.partition import io
+from pyg_dist.format import io
 from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.partition.id_maps import read_id_map
+from pyg_dist.format.id_maps import read_id_map
 
 
 def _open(root: str, init_pg: bool = True):

@@ -18,7 +18,7 @@ import torch
 
 from pyg_dist.embedding import (CheckpointError, DistEmbedding, SparseAdagrad, SparseAdam,
                                 load_checkpoint, save_checkpoint)
-from pyg_dist.partition.digest import file_digest
+from pyg_dist.format.digest import file_digest
 
 N, D = 10, 3
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from pyg_dist.partition import io
-from pyg_dist.partition.manifest import MANIFEST_FILE
+from pyg_dist.format import io
+from pyg_dist.format.manifest import MANIFEST_FILE
 
 
 def reseal(folder: Path) -> None:

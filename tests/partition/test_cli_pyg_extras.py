@@ -8,8 +8,8 @@ import torch
 
 from pyg_dist.cli.partition import main
 from pyg_dist.datasets.pyg_extras import extras_layout
-from pyg_dist.partition import io
-from pyg_dist.partition.id_maps import read_id_map
+from pyg_dist.format import io
+from pyg_dist.format.id_maps import read_id_map
 
 
 def _load(path: Path) -> torch.Tensor:

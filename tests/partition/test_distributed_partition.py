@@ -21,7 +21,8 @@ import pytest
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.partition import Partitioner, io
+from pyg_dist.format import io
+from pyg_dist.partition import Partitioner
 from pyg_dist.partition.distributed import DistPartitioner
 from pyg_dist.partition.outofcore import OutOfCorePartitioner
 from pyg_dist.partition.tables import GraphTables

@@ -12,8 +12,8 @@ import torch
 
 from pyg_dist import Partitioner
 from pyg_dist.cli.partition import main
-from pyg_dist.partition import io
-from pyg_dist.partition.id_maps import read_id_map
+from pyg_dist.format import io
+from pyg_dist.format.id_maps import read_id_map
 from pyg_dist.partition.kernels import EdgeBlock, symmetric_csr
 from pyg_dist.partition.tables import GraphTables
 from test_roundtrip import check_roundtrip

@@ -16,8 +16,9 @@ import torch
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.partition import Partitioner, io
-from pyg_dist.partition.manifest import MANIFEST_FILE
+from pyg_dist.format import io
+from pyg_dist.partition import Partitioner
+from pyg_dist.format.manifest import MANIFEST_FILE
 from pyg_dist.partition.outofcore import MemoryBudgetError, OutOfCorePartitioner, parse_size
 from pyg_dist.partition.tables import GraphTables
 from test_roundtrip import check_roundtrip

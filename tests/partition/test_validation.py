@@ -20,8 +20,8 @@ import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.partition import io
-from pyg_dist.partition.meta import PartitionMeta
+from pyg_dist.format import io
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.typing import HOMO_EDGE, edge_key
 from forge import forge, reseal

@@ -43,13 +43,13 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.partition import io, leftovers
+from pyg_dist.format import io, leftovers
 from pyg_dist.partition.distributed.assign import DistAssigner, random_local_parts
 from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
-from pyg_dist.partition.identity import part_digest, partition_uid
+from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import sorted_unique
-from pyg_dist.partition.meta import AttrSpec, PartitionMeta
+from pyg_dist.format.meta import AttrSpec, PartitionMeta
 from pyg_dist.partition.outofcore.budget import DIST_BYTES_PER_NODE
 from pyg_dist.partition.outofcore.csr import type_offsets
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc

@@ -16,7 +16,7 @@ memory budget allows:
 4. copy rows: node and edge data copied block by block into per-partition memory-mapped
    arrays (:mod:`.rows`);
 5. uid (over per-partition digests) and write: every file, the per-partition id maps
-   included, saved through :func:`~pyg_dist.partition.io.atomic_dir` (``torch.save``
+   included, saved through :func:`~pyg_dist.format.io.atomic_dir` (``torch.save``
    streams a memory-mapped tensor without copying it).
 
 With the same assignment the output is identical to the in-memory path's, byte for
@@ -34,11 +34,11 @@ from typing import Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.partition import io
+from pyg_dist.format import io
 from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_csr, random_parts,
                                        vertex_weights)
-from pyg_dist.partition.identity import part_digest, partition_uid
-from pyg_dist.partition.meta import PartitionMeta, PartStats
+from pyg_dist.format.identity import part_digest, partition_uid
+from pyg_dist.format.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
 from pyg_dist.partition.outofcore.budget import BYTES_PER_ORDERED_EDGE
 from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_starts,

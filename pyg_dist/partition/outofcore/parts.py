@@ -14,10 +14,10 @@ from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from pyg_dist.partition import io
+from pyg_dist.format import io
 from pyg_dist.partition.kernels import outside_nodes, sorted_unique
-from pyg_dist.partition.digest import ALGORITHM
-from pyg_dist.partition.meta import PartitionMeta, PartStats
+from pyg_dist.format.digest import ALGORITHM
+from pyg_dist.format.meta import PartitionMeta, PartStats
 from pyg_dist.partition.outofcore.rows import owned_range
 from pyg_dist.partition.outofcore.scratch import plain
 from pyg_dist.partition.outofcore.source import ChunkedSource

@@ -16,10 +16,10 @@ import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
 from pyg_dist.chunked.limits import check_memory
-from pyg_dist.partition.meta import AttrSpec
+from pyg_dist.format.meta import AttrSpec
 from pyg_dist.partition.outofcore.budget import (OUT_OF_CORE_BYTES_PER_NODE, MemoryBudget,
                                                  parse_size)
-from pyg_dist.partition.schema import DTYPES, dtype_name
+from pyg_dist.format.schema import DTYPES, dtype_name
 from pyg_dist.typing import EdgeType, NodeType
 
 _RESERVED = ("edge_index", "num_nodes")

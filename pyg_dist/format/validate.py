@@ -17,8 +17,8 @@ from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.partition.meta import AttrSpec, PartitionMeta
-from pyg_dist.partition.schema import DTYPES, PartitionFormatError, dtype_name
+from pyg_dist.format.meta import AttrSpec, PartitionMeta
+from pyg_dist.format.schema import DTYPES, PartitionFormatError, dtype_name
 from pyg_dist.typing import EdgeType, NodeType, edge_key, parse_edge_key
 
 _LONG = (torch.int64,)

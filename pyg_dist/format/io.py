@@ -2,10 +2,10 @@
 
 Every ``.pt`` file is written with plain tensors, dicts, lists, numbers and
 strings, and read back with ``torch.load(..., weights_only=True)``, so a partition
-folder from elsewhere cannot run code; :mod:`pyg_dist.partition.validate` then checks
+folder from elsewhere cannot run code; :mod:`pyg_dist.format.validate` then checks
 what was loaded. Every write goes to a temporary name first and is renamed into place;
 the hidden temporary folder of a killed run is removed by the next write of the same
-output (:mod:`pyg_dist.partition.leftovers`).
+output (:mod:`pyg_dist.format.leftovers`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from typing import Any, Iterable, Iterator, Tuple, Union
 
 import torch
 
-from pyg_dist.partition import leftovers
-from pyg_dist.partition.manifest import MANIFEST_FILE, PartManifest, entry_of
-from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.format import leftovers
+from pyg_dist.format.manifest import MANIFEST_FILE, PartManifest, entry_of
+from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
 
 PathLike = Union[str, os.PathLike]
 
@@ -45,7 +45,7 @@ def part_dir(root: PathLike, part: int) -> Path:
 def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_feats: dict,
                splits: dict, node_ids: dict, edge_ids: dict, hetero: bool) -> None:
     """Writes the files of ``root/part_<part>/`` (format v2) and, last, its
-    ``MANIFEST.json`` with the size and digest of each (:mod:`~pyg_dist.partition.manifest`).
+    ``MANIFEST.json`` with the size and digest of each (:mod:`~pyg_dist.format.manifest`).
     ``node_ids``/``edge_ids`` are keyed by node type / ``"src__rel__dst"`` key;
     homogeneous graphs store the one tensor. ``graph["uid"]`` goes into the manifest."""
     folder = part_dir(root, part)
@@ -221,7 +221,7 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
     A crash leaves ``out`` either as it was or complete, never half written. The
     temporary folder records its writer; leftovers of killed writes of ``out`` are
     removed first when their writer is provably gone
-    (:func:`~pyg_dist.partition.leftovers.clean_stale`; others are kept with a warning).
+    (:func:`~pyg_dist.format.leftovers.clean_stale`; others are kept with a warning).
 
     Raises:
         FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.

@@ -4,8 +4,8 @@
 ``p < num_parts`` of ``META.json`` it checks that ``part_<p>/`` is complete, that its
 ``MANIFEST.json`` belongs to this partition and partitioning, that every file has the
 size and digest recorded when it was written, and that every file's content agrees
-with ``META.json`` (the checks of :mod:`pyg_dist.partition.validate`, including every
-source id, and of :mod:`pyg_dist.partition.id_maps`). It reads every byte once for the
+with ``META.json`` (the checks of :mod:`pyg_dist.format.validate`, including every
+source id, and of :mod:`pyg_dist.format.id_maps`). It reads every byte once for the
 digest and maps the files for the content checks, so it never holds more than the
 largest tensor of one file. Each problem is one line naming the file.
 """
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from pyg_dist.partition import io, validate
-from pyg_dist.partition.id_maps import read_part_ids
-from pyg_dist.partition.manifest import MANIFEST_FILE, PartManifest, read_manifest
-from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.format import io, validate
+from pyg_dist.format.id_maps import read_part_ids
+from pyg_dist.format.manifest import MANIFEST_FILE, PartManifest, read_manifest
+from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
 
 __all__ = ["VerifyReport", "verify_folder"]
 

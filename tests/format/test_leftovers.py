@@ -9,7 +9,7 @@ import pytest
 
 from pyg_dist import Partitioner
 from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.partition import io
+from pyg_dist.format import io
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_next_run_removes_a_killed_runs_temp_folder(graph, tmp_path: Path) -> No
 
 
 def test_live_and_unknown_writers_are_left_alone(graph, tmp_path: Path) -> None:
-    from pyg_dist.partition import leftovers
+    from pyg_dist.format import leftovers
 
     out = tmp_path / "out"
     live = io.atomic_dir(out)
@@ -66,7 +66,7 @@ def test_live_and_unknown_writers_are_left_alone(graph, tmp_path: Path) -> None:
 
 
 def test_dead_writer_detection_and_old_folder_restore(tmp_path: Path) -> None:
-    from pyg_dist.partition import leftovers
+    from pyg_dist.format import leftovers
 
     me = leftovers.Writer.current()
     assert me.pid == os.getpid() and not me.is_gone()

@@ -19,9 +19,9 @@ from typing import Dict, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.partition import io
-from pyg_dist.partition.manifest import check_files
-from pyg_dist.partition.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.format import io
+from pyg_dist.format.manifest import check_files
+from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
@@ -70,7 +70,7 @@ def read_part_ids(root: io.PathLike, meta: PartitionMeta, part: int,
 
     Raises:
         PartitionFormatError: naming the file, if it is missing or not as described
-            (:class:`~pyg_dist.partition.manifest.PartitionDigestError` when its bytes
+            (:class:`~pyg_dist.format.manifest.PartitionDigestError` when its bytes
             differ from the digest recorded at write time).
     """
     types, offsets, totals = _layout(meta, kind)

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from pyg_dist.partition.book import RangeBook
-from pyg_dist.partition.meta import AttrSpec, PartitionMeta, PartStats
+from pyg_dist.format.book import RangeBook
+from pyg_dist.format.meta import AttrSpec, PartitionMeta, PartStats
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
 
 
