@@ -39,9 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a non-empty --out (and extras folders beside it)")
     p.add_argument("--pyg-extras", action="store_true",
-                   help="also write the labels and split files beside --out in pyg_dist's "
-                        "new ids (<name>-label/label.pt ordered by new global id; "
-                        "<name>-<split>-partitions/partition<i>.pt = new ids partition i owns)")
+                   help="also write the labels and split files beside --out in the dataset's "
+                        "original ids (<name>-label/label.pt ordered by original node id; "
+                        "<name>-<split>-partitions/partition<i>.pt = original ids of the "
+                        "split's nodes partition i owns)")
     p.add_argument("--label-node-type", default=None,
                    help="heterogeneous graphs: the node type of label.pt and the split files "
                         "(default: the one with as many nodes as label.pt has rows)")

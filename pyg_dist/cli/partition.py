@@ -86,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--pyg-extras", action="store_true",
                    help="also write torch_geometric.distributed's <name>-label/label.pt and "
-                        "<name>-<split>-partitions/partition<i>.pt beside --out (in pyg_dist's "
-                        "relabelled node ids)")
+                        "<name>-<split>-partitions/partition<i>.pt beside --out (in the "
+                        "dataset's original node ids, as PyG writes them)")
     p.add_argument("--pyg-extras-type", default=None, metavar="TYPE",
                    help="the labelled node type the extras describe (heterogeneous graphs "
                         "with several labelled types)")

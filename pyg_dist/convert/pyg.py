@@ -85,8 +85,8 @@ def convert_pyg_partitions(input: Union[str, Path], out: Union[str, Path],
             stored in them. Without it such a file raises
             :class:`~pyg_dist.convert.pickles.UntrustedPickleError`.
         overwrite (bool): replace a non-empty ``out`` (and extras files beside it).
-        pyg_extras (bool): also write labels and split chunks beside ``out`` in our new
-            ids (:func:`pyg_dist.datasets.pyg_extras.write_pyg_extras`, as
+        pyg_extras (bool): also write labels and split chunks beside ``out`` in the
+            dataset's original ids (:func:`pyg_dist.datasets.pyg_extras.write_pyg_extras`, as
             ``pyg-dist-partition --pyg-extras`` does); needs ``label.pt`` beside ``input``.
         label_node_type (str, optional): the node type of the extras of a heterogeneous
             graph (default: the one with as many nodes as ``label.pt`` has rows).
