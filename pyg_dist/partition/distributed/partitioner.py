@@ -49,16 +49,16 @@ from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.partition.kernels import sorted_unique
+from pyg_dist.partition.options import PartitionOptions, check_options
 from pyg_dist.format.meta import AttrSpec, PartitionMeta
+from pyg_dist.partition.common import Laps, PartitionTimings, type_offsets
 from pyg_dist.partition.outofcore.budget import DIST_BYTES_PER_NODE
-from pyg_dist.partition.outofcore.csr import type_offsets
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc
-from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
-                                                source_meta, write_source_part)
+from pyg_dist.partition.writer import (PartPieces, graph_meta, halo_attr_names, part_halo,
+                                       write_part)
 from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
 from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import open_source
-from pyg_dist.partition.partitioner import PartitionTimings, _Laps
 from pyg_dist.partition.progress import step
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -111,9 +111,9 @@ class DistPartitioner:
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
                  progress: bool = True, allow_external_paths: bool = False) -> None:
         self.comm = comm or Comm()
-        if method not in ("metis", "random"):
-            raise ValueError(f"unknown partition method '{method}' (multi-machine "
-                             f"partitioning takes 'metis' or 'random')")
+        check_options(PartitionOptions(method, seed, memory_budget=memory_budget,
+                                       allow_external_paths=allow_external_paths),
+                      "multi_machine")
         self.source, self.budget = open_source(input, num_parts, memory_budget,
                                                allow_external_paths, DIST_BYTES_PER_NODE,
                                                self.comm.world)
@@ -145,7 +145,7 @@ class DistPartitioner:
     def generate(self) -> PartitionMeta:
         """Writes the partitions (collectively) and returns their :class:`PartitionMeta`."""
         comm, out = self.comm, self.root
-        start, laps = time.perf_counter(), _Laps()
+        start, laps = time.perf_counter(), Laps()
         error: Optional[BaseException] = None
         try:
             if out.exists() and not out.is_dir():
@@ -194,7 +194,7 @@ class DistPartitioner:
                         f"rank {r} ({info['host']}) has {value!r} (every rank must run the "
                         f"same command on the same input)")
 
-    def _run(self, tmp: Path, laps: _Laps) -> PartitionMeta:
+    def _run(self, tmp: Path, laps: Laps) -> PartitionMeta:
         """Every step but the output folders. An error raised here on one rank ends that
         rank; the others' next exchange fails, naming it (its error, through the health
         watchdog's store), so no rank waits forever."""
@@ -229,12 +229,12 @@ class DistPartitioner:
         digests = self._merge(comm.allgather(
             {p: part_digest(pieces[p].node_ids, pieces[p].edge_ids) for p in self.mine},
             "hashing the partitions"))
-        meta = source_meta(self.source, self.num_parts, node_offsets, edge_offsets,
+        meta = graph_meta(self.source, self.num_parts, node_offsets, edge_offsets,
                            self.method, self.seed)
         uid = partition_uid(meta.to_json(), digests)
         laps.lap("uid")
         with self._step("writing partitions"):
-            stats = {p: write_source_part(tmp, p, self.source, pieces[p], node_offsets,
+            stats = {p: write_part(tmp, p, self.source, pieces[p], node_offsets,
                                           halos[p], halo_rows[p], uid) for p in self.mine}
         del pieces, node_rows, edge_rows, csc, halo_rows
         shutil.rmtree(scratch.folder, ignore_errors=True)
