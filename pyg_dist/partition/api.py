@@ -117,11 +117,11 @@ def partition(source: Source, out: Union[str, Path], num_parts: int, method: str
         allow_external_paths (bool): read chunk files outside the folder too.
         comm (Comm, optional): the ranks of a multi-machine run (default: the default
             process group's, which must be initialised when ``WORLD_SIZE`` > 1).
-        mode (str, optional): force a mode (tests; default: :func:`choose_mode`).
+        mode (str, optional): force a mode (default: :func:`choose_mode`).
 
     Raises:
-        PartitionOptionError: an option the mode cannot run (the same message in every
-            mode that refuses it); ``ValueError`` for other bad input.
+        PartitionOptionError: an option the mode cannot run (one message, whichever
+            mode refuses it); ``ValueError`` for other bad input.
     """
     options = PartitionOptions(method, seed, coarsen, recursive, assignment, memory_budget,
                                allow_external_paths)
@@ -134,16 +134,23 @@ def partition(source: Source, out: Union[str, Path], num_parts: int, method: str
                   progress=progress)
     if mode == "multi_machine":
         return _multi_machine(source, out, num_parts, options, common, comm)
+    return _one_machine(source, out, num_parts, options, common, mode)
+
+
+def _one_machine(source: Source, out: Union[str, Path], num_parts: int,
+                 options: PartitionOptions, common: dict, mode: str) -> PartitionResult:
+    """In memory (a folder is assembled first) or out of core."""
+    given = dict(coarsen=options.coarsen, recursive=options.recursive,
+                 assignment=options.assignment)
     if mode == "out_of_core":
-        part = OutOfCorePartitioner(source, num_parts, out, memory_budget, coarsen=coarsen,
-                                    recursive=recursive, assignment=assignment,
-                                    allow_external_paths=allow_external_paths, **common)
+        part = OutOfCorePartitioner(source, num_parts, out, options.memory_budget,
+                                    allow_external_paths=options.allow_external_paths,
+                                    **given, **common)
         return PartitionResult(part.generate(), part.timings, mode)
     data = source if isinstance(source, (Data, HeteroData)) else to_data(
         source if isinstance(source, ChunkedGraph) else
-        ChunkedGraph.open(source, allow_external_paths))
-    part = Partitioner(data, num_parts, out, coarsen=coarsen, recursive=recursive,
-                       assignment=assignment, **common)
+        ChunkedGraph.open(source, options.allow_external_paths))
+    part = Partitioner(data, num_parts, out, **given, **common)
     del data
     return PartitionResult(part.generate(), part.timings, mode)
 

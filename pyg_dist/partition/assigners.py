@@ -12,8 +12,9 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from pyg_dist.partition.assign import (AssignInput, Assignment, AssignOptions, given_assign,
-                                       metis_assign, random_assign)
+from pyg_dist.partition.assign import (AssignInput, Assignment, AssignOptions, metis_assign,
+                                       random_assign)
+from pyg_dist.partition.given import given_assign
 from pyg_dist.partition.kaminpar_assign import kaminpar_assign
 
 Assigner = Callable[[AssignInput, int, AssignOptions], Assignment]

@@ -17,7 +17,8 @@ from typing import Any, Iterable, Optional, Union
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.partition.assign import AssignOptions, check_given
+from pyg_dist.partition.assign import AssignOptions
+from pyg_dist.partition.given import check_given
 from pyg_dist.partition.common import PartitionTimings
 from pyg_dist.partition.kaminpar_assign import kaminpar_module
 from pyg_dist.partition.memory import MemoryStages

@@ -35,9 +35,10 @@ import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
 from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.partition.assign import AssignInput, AssignOptions, check_given
+from pyg_dist.partition.assign import AssignInput, AssignOptions
 from pyg_dist.partition.assigners import run_assigner
 from pyg_dist.partition.common import NodeOrder, PartitionTimings
+from pyg_dist.partition.given import check_given
 from pyg_dist.partition.kaminpar_assign import kaminpar_module
 from pyg_dist.partition.options import PartitionOptions, check_options, method_label
 from pyg_dist.partition.outofcore.budget import BYTES_PER_ORDERED_EDGE, MemoryBudget
