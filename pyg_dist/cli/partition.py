@@ -211,18 +211,17 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def open_source_arg(args: argparse.Namespace, extras: bool) -> Tuple[object, Optional[str]]:
-    """The source ``--input`` (an opened chunked folder) or ``--dataset`` (a graph in
-    memory) names, and the node type ``--pyg-extras`` describes (``extras``)."""
-    if args.input is None:
+    """The source ``--input`` (a chunked folder's path: the library opens it, on every
+    rank together under torchrun) or ``--dataset`` (a graph in memory) names, and the
+    node type ``--pyg-extras`` describes (``extras``)."""
+    try:
+        if args.input is not None:
+            return args.input, chunked_labelled_type(
+                ChunkedGraph.open(args.input, args.allow_external_paths),
+                args.pyg_extras_type) if extras else None
         with step(f"loading {source_name(args)}", enabled=not args.quiet):
             data = load_dataset(args)
-        try:
-            return data, labelled_node_type(data, args.pyg_extras_type) if extras else None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-    try:
-        graph = ChunkedGraph.open(args.input, args.allow_external_paths)
-        return graph, chunked_labelled_type(graph, args.pyg_extras_type) if extras else None
+        return data, labelled_node_type(data, args.pyg_extras_type) if extras else None
     except (ValueError, MissingDependencyError) as exc:  # ChunkedFormatError included
         raise UsageError(str(exc)) from exc
 
