@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 from torch_geometric.data import Data, HeteroData
 
@@ -24,12 +24,13 @@ from pyg_dist.datasets.pyg_extras import (ExtrasLayout, choose_labelled_type, ex
                                           labelled_node_type, write_pyg_extras)
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.partition.partitioner import Partitioner
+from pyg_dist.partition.api import (DEFAULT_RANK_BUDGET, PartitionResult, check_request,
+                                    env_world_size, partition)
+from pyg_dist.partition.options import PartitionOptions
+from pyg_dist.partition.outofcore.budget import format_size, parse_size, peak_rss_bytes
 from pyg_dist.partition.progress import step
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
-DEFAULT_RANK_BUDGET = "1GB"  # --memory-budget of each rank under torchrun
-DIST_COLLECTIVE_TIMEOUT_S = 3600.0
 
 
 # numeric options: (smallest, largest) allowed value; checked before anything runs
@@ -169,81 +170,78 @@ def summary_table(meta: PartitionMeta) -> str:
 
 
 def run(argv: Optional[List[str]] = None) -> int:
+    """Parses the arguments and hands them to :func:`pyg_dist.partition.partition`, which
+    picks the mode (in memory, out of core, several ranks); prints a summary."""
     args = build_parser().parse_args(argv)
     check_numbers(args)
-    if args.coarsen and args.method != "metis":
-        raise UsageError(f"--coarsen: coarsen=True applies to method='metis', "
-                         f"not '{args.method}'")
+    try:  # before loading anything
+        check_request(PartitionOptions(args.method, args.seed, args.coarsen,
+                                       memory_budget=args.memory_budget,
+                                       allow_external_paths=args.allow_external_paths),
+                      in_memory=args.input is None)
+        if args.memory_budget is not None:
+            parse_size(args.memory_budget)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     if args.method == "kaminpar":
         check_kaminpar()
-    if args.allow_external_paths and args.input is None:
-        raise UsageError("--allow-external-paths applies to --input DIR (a chunked graph "
-                         "folder)")
+    world = env_world_size()
     out = Path(args.out)
-    if under_torchrun():  # every rank checks the output folder; they agree on it together
-        return run_distributed(args, out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+    if world == 1 and out.exists() and (not out.is_dir() or any(out.iterdir())) \
+            and not args.overwrite:  # several ranks check it together, in the library
         raise UsageError(f"--out {out} exists and is not empty (pass --overwrite to replace it)")
-    if args.memory_budget is not None:
-        return run_out_of_core(args, out)
+    if world > 1 and args.pyg_extras:
+        raise UsageError("--pyg-extras is not built for multi-machine partitioning yet: run "
+                         "it on one machine")
     layout = prepare_extras(args)
     start = time.perf_counter()
-    with step(f"loading {source_name(args)}", enabled=not args.quiet):
-        data = load_dataset(args)
+    source, extras_type = open_source_arg(args, layout is not None)
     try:
-        extras_type = labelled_node_type(data, args.pyg_extras_type) if layout else None
-        partitioner = Partitioner(data, args.num_parts, out, method=args.method, seed=args.seed,
-                                  overwrite=args.overwrite, progress=not args.quiet,
-                                  coarsen=args.coarsen)
-    except (ValueError, ImportError) as exc:  # DatasetError; --method kaminpar, not installed
+        result = partition(source, out, args.num_parts, args.method, seed=args.seed,
+                           memory_budget=args.memory_budget, coarsen=args.coarsen,
+                           overwrite=args.overwrite, progress=not args.quiet,
+                           allow_external_paths=args.allow_external_paths)
+    except (ValueError, ImportError) as exc:  # options, budget, chunks; kaminpar missing
         raise UsageError(str(exc)) from exc
-    meta = partitioner.generate()
-    del data, partitioner
-    total = time.perf_counter() - start
-    print(f"partitioned {source_name(args)} into {meta.num_parts} part(s) with {meta.method} "
-          f"in {total:.1f}s -> {out} (uid {meta.uid})")
-    print(summary_table(meta))
+    del source
+    print_summary(args, result, time.perf_counter() - start)
     if layout is not None:
         print_extras(out, layout, extras_type, args.quiet)
     return 0
 
 
-def run_out_of_core(args: argparse.Namespace, out: Path) -> int:
-    """``--input DIR --memory-budget SIZE``: :class:`OutOfCorePartitioner`, then a summary
-    with per-phase seconds and the peak resident memory."""
-    from pyg_dist.partition.outofcore import OutOfCorePartitioner, parse_size
-    from pyg_dist.partition.outofcore.budget import format_size, peak_rss_bytes
-
-    if args.input is None:
-        raise UsageError("--memory-budget applies to --input DIR (a chunked graph folder)")
-    layout = prepare_extras(args)
-    start = time.perf_counter()
+def open_source_arg(args: argparse.Namespace, extras: bool) -> Tuple[object, Optional[str]]:
+    """The source ``--input`` (a chunked folder's path: the library opens it, on every
+    rank together under torchrun) or ``--dataset`` (a graph in memory) names, and the
+    node type ``--pyg-extras`` describes (``extras``)."""
     try:
-        graph = ChunkedGraph.open(args.input, args.allow_external_paths)
-        extras_type = chunked_labelled_type(graph, args.pyg_extras_type) if layout else None
-        budget = parse_size(args.memory_budget)
-        partitioner = OutOfCorePartitioner(graph, args.num_parts, out, budget,
-                                           method=args.method, seed=args.seed,
-                                           overwrite=args.overwrite, progress=not args.quiet,
-                                           coarsen=args.coarsen)
-        meta = partitioner.generate()
-    except (ValueError, MissingDependencyError) as exc:  # chunk, budget and option errors
+        if args.input is not None:
+            return args.input, chunked_labelled_type(
+                ChunkedGraph.open(args.input, args.allow_external_paths),
+                args.pyg_extras_type) if extras else None
+        with step(f"loading {source_name(args)}", enabled=not args.quiet):
+            data = load_dataset(args)
+        return data, labelled_node_type(data, args.pyg_extras_type) if extras else None
+    except (ValueError, MissingDependencyError) as exc:  # ChunkedFormatError included
         raise UsageError(str(exc)) from exc
-    phases = partitioner.timings.phases_s if partitioner.timings else {}
-    print(f"partitioned {args.input} into {meta.num_parts} part(s) with {meta.method} out of "
-          f"core (memory budget {format_size(budget)}) in {time.perf_counter() - start:.1f}s "
-          f"-> {out} (uid {meta.uid})")
-    steps = ("assign", "relabel", "order_edges", "copy_rows", "uid", "write")
-    inner = ", ".join(f"{k} {v:.1f}s" for k, v in phases.items() if k not in steps)
-    print("phases: " + ", ".join(f"{k} {phases[k]:.1f}s" + (f" ({inner})" if k == "assign"
-                                                            and inner else "")
-                                 for k in steps if k in phases)
-          + f"; peak RSS {format_size(peak_rss_bytes())} (memory-mapped scratch pages "
-            f"included)")
+
+
+def print_summary(args: argparse.Namespace, result: PartitionResult, total: float) -> None:
+    """What was partitioned, how (mode, per-phase seconds, peak memory) and the table."""
+    meta, phases = result.meta, result.timings.phases_s if result.timings else {}
+    how = {"memory": "", "out_of_core": f" out of core (memory budget "
+           f"{format_size(parse_size(args.memory_budget or '1'))})",
+           "multi_machine": f" on {result.world} ranks (memory budget "
+           f"{args.memory_budget or DEFAULT_RANK_BUDGET} each)"}[result.mode]
+    if result.mode == "multi_machine" and env_rank() != 0:
+        return
+    print(f"partitioned {source_name(args)} into {meta.num_parts} part(s) with {meta.method}"
+          f"{how} in {total:.1f}s -> {args.out} (uid {meta.uid})")
+    if result.mode != "memory":
+        print("phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items())
+              + f"; peak RSS {format_size(peak_rss_bytes())} (memory-mapped scratch pages "
+                f"included)")
     print(summary_table(meta))
-    if layout is not None:
-        print_extras(out, layout, extras_type, args.quiet)
-    return 0
 
 
 def print_extras(out: Path, layout: ExtrasLayout, node_type: Optional[str],
@@ -263,89 +261,42 @@ def chunked_labelled_type(graph: ChunkedGraph, requested: Optional[str]) -> Opti
     return chosen if graph.is_hetero else None
 
 
-def under_torchrun() -> bool:
-    """Whether this process is one of several ranks (``WORLD_SIZE`` > 1, as torchrun sets)."""
+def env_rank() -> int:
+    """``RANK`` as ``torchrun`` sets it (0 when unset)."""
     try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return int(os.environ.get("RANK", "0"))
     except ValueError:
-        return False
+        return 0
 
 
-def run_distributed(args: argparse.Namespace, out: Path) -> int:
-    """Under ``torchrun``: every rank takes part in partitioning ``--input``
-    (:class:`~pyg_dist.partition.distributed.DistPartitioner`); rank 0 prints the summary.
-    Exit 2 for bad input (the same message on every rank), 1 when another rank failed
-    or died (naming it)."""
-    from datetime import timedelta
+def run_ranks(argv: Optional[List[str]] = None) -> int:
+    """:func:`run` on one rank of several: failures are reported to the other ranks'
+    health watchdogs; exit 2 for bad input (the same message on every rank), 1 when
+    another rank failed or died (naming it)."""
+    from pyg_dist.rpc import DisagreementError, PeerFailedError, health
 
-    from pyg_dist.partition.distributed import Comm, DistPartitioner
-    from pyg_dist.partition.outofcore import parse_size
-    from pyg_dist.partition.outofcore.budget import format_size, peak_rss_bytes
-    from pyg_dist.rpc import DisagreementError, DistContext, PeerFailedError, health
-    from pyg_dist.rpc.runtime import init_process_group
-
-    if args.input is None:
-        raise UsageError("under torchrun, pyg-dist-partition partitions a chunked graph on "
-                         "every rank: pass --input DIR (pyg-dist-chunk writes one)")
-    for bad, why in ((args.pyg_extras, "--pyg-extras is not built for multi-machine "
-                                       "partitioning yet: run it on one machine"),
-                     (args.method == "kaminpar", "--method kaminpar is not built for "
-                                                 "multi-machine partitioning: use metis or "
-                                                 "random"),
-                     (args.coarsen is False, "--no-coarsen: multi-machine partitioning always "
-                                             "runs METIS on the label-propagation clustering "
-                                             "(plain METIS needs the whole graph in one "
-                                             "process)")):
-        if bad:
-            raise UsageError(why)
     try:
-        budget = parse_size(args.memory_budget or DEFAULT_RANK_BUDGET)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    ctx = DistContext.from_env()
-    # collectives wait while rank 0 runs METIS; a dead or silent rank is caught by the
-    # health watchdog's heartbeats instead of this timeout
-    ctx = init_process_group("gloo", ctx=ctx, timeout=timedelta(
-        seconds=max(ctx.rpc_timeout, DIST_COLLECTIVE_TIMEOUT_S)))
-    comm = Comm(ctx.rank, ctx.world_size)
-    start, error, partitioner = time.perf_counter(), None, None
-    try:
-        try:
-            partitioner = DistPartitioner(args.input, args.num_parts, out, budget, comm=comm,
-                                          method=args.method, seed=args.seed,
-                                          overwrite=args.overwrite, progress=not args.quiet,
-                                          allow_external_paths=args.allow_external_paths)
-        except (ValueError, MissingDependencyError) as exc:
-            error = exc
-        comm.check("opening the input", error)
-        meta = partitioner.generate()
-    except (ValueError, MissingDependencyError, FileExistsError) as exc:
+        code = run(argv)
+    except UsageError as exc:
         health.report_failure(exc)
-        if isinstance(exc, DisagreementError) or ctx.rank == 0 or exc is error:
-            raise UsageError(str(exc)) from exc
-        raise UsageError(f"rank {ctx.rank}: {exc}") from exc
+        cause = exc.__cause__
+        if env_rank() == 0 or cause is None or isinstance(cause, DisagreementError):
+            raise
+        raise UsageError(f"rank {env_rank()}: {exc}") from cause
     except PeerFailedError as exc:
         health.report_failure(exc)
-        print(f"pyg-dist-partition (rank {ctx.rank}): error: {' '.join(str(exc).split())}",
+        print(f"pyg-dist-partition (rank {env_rank()}): error: {' '.join(str(exc).split())}",
               file=sys.stderr)
         return 1
     except BaseException as exc:
         health.report_failure(exc)
         raise
     health.report_done()
-    if ctx.rank == 0:
-        phases = partitioner.timings.phases_s
-        print(f"partitioned {args.input} into {meta.num_parts} part(s) with {meta.method} on "
-              f"{ctx.world_size} ranks (memory budget {format_size(budget)} each) in "
-              f"{time.perf_counter() - start:.1f}s -> {out} (uid {meta.uid})")
-        print("phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items())
-              + f"; rank 0 peak RSS {format_size(peak_rss_bytes())}")
-        print(summary_table(meta))
-    return 0
+    return code
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    return run_main(run, "pyg-dist-partition", argv)
+    return run_main(run_ranks if env_world_size() > 1 else run, "pyg-dist-partition", argv)
 
 
 if __name__ == "__main__":

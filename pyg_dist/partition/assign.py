@@ -1,21 +1,23 @@
-"""Assigning nodes to partitions: METIS (via pymetis), KaMinPar, balanced random, or given."""
+"""Assigning nodes to partitions: METIS (via pymetis, on the graph or on its clusters),
+balanced random; and what every assigner takes (:class:`AssignInput`,
+:class:`AssignOptions`). KaMinPar lives in :mod:`~pyg_dist.partition.kaminpar_assign`;
+a given assignment is checked by :mod:`~pyg_dist.partition.given`;
+:mod:`~pyg_dist.partition.assigners` registers them all by name."""
 from __future__ import annotations
 
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
 from pyg_dist.partition.coarsen import (cluster, contract, deal_clusters,
                                         refine)
-from pyg_dist.partition.kernels import EdgeBlock, move_gain, symmetric_csr
-from pyg_dist.partition.tables import GraphTables
-from pyg_dist.typing import HOMO_NODE, NodeType
+from pyg_dist.partition.common import node_groups, split_by_type
+from pyg_dist.partition.kernels import move_gain
+from pyg_dist.typing import NodeType
 
-METHODS = ("metis", "kaminpar", "random", "given")
 CLUSTERS_PER_PART = 256  # with coarsen: the size cap keeps at least this many per part
 # METIS's peak working memory per byte of int64 adjacency it is given, measured with
 # this pymetis build (64-bit indices): 7.6 GiB for a 1 GiB adjacency (124M entries).
@@ -59,140 +61,84 @@ class Assignment:
         return self.phases_s.get("metis", 0.0)
 
 
-def assign(tables: GraphTables, num_parts: int, method: str, seed: int,
-           coarsen: Optional[bool] = None, recursive: Optional[bool] = None,
-           given: Any = None) -> Assignment:
-    """Returns the partition of every node, per node type (see :class:`Assignment`).
-
-    ``coarsen`` (METIS only): partition a label-propagation clustering of the graph
-    instead of the graph itself (see :mod:`pyg_dist.partition.coarsen`); ``None``
-    does so only when plain METIS would not fit in the available memory.
-    ``recursive`` (METIS only): ``True`` recursive bisection, ``False`` multilevel
-    k-way, ``None`` pymetis's choice (recursive bisection up to 8 parts, k-way above).
-    ``given`` (method ``"given"``): the assignment to use as is, checked by
-    :func:`check_given`.
-    """
-    if method not in METHODS:
-        raise ValueError(f"unknown partition method '{method}' (choose from {METHODS})")
-    if method == "given":
-        return Assignment(check_given(tables, num_parts, given))
-    if num_parts == 1:
-        return Assignment({t: np.zeros(n, dtype=np.int64) for t, n in tables.num_nodes.items()})
-    if method == "random":
-        return Assignment(random_assign(tables, num_parts, seed))
-    if method == "kaminpar":  # optional dependency: imported only when asked for
-        from pyg_dist.partition.kaminpar_assign import kaminpar_assign
-
-        return kaminpar_assign(tables, num_parts, seed)
-    return metis_assign(tables, num_parts, seed, coarsen, recursive)
+def _keep(array: np.ndarray) -> None:
+    """The default :attr:`AssignInput.drop`: in-memory arrays go with their last reference."""
 
 
-def check_given(tables: GraphTables, num_parts: int, given: Any) -> Dict[NodeType, np.ndarray]:
-    """Checks a given assignment and returns it as int64 arrays per node type.
+@dataclass
+class AssignInput:
+    """What an assigner sees of a graph, whether it is in memory or streamed from chunks.
 
     Args:
-        tables (GraphTables): the graph.
-        num_parts (int): number of partitions.
-        given (Tensor or dict): the partition id of every node: a 1-d integer tensor
-            (or array) for a homogeneous graph, a dict of them by node type for a
-            heterogeneous one.
-
-    Raises:
-        ValueError: naming the problem: a missing or unknown node type, a wrong
-            length or dtype, an id outside ``[0, num_parts)``, or an empty partition.
+        num_nodes: nodes per type (all types share one id space, in this order).
+        is_hetero (bool): whether the graph is heterogeneous.
+        trains: returns per node type whether each node is a training node.
+        csr: builds the symmetric, loop-free CSR ``(xadj, adjncy)`` of all edge types
+            in the combined id space (arrays or memory maps).
+        memory_budget (int, optional): bytes METIS may use; ``None``: the memory
+            available now (and a warning when that makes METIS coarsen).
+        drop: gives back an array ``csr`` returned once it is no longer needed.
     """
-    if given is None:
-        raise ValueError("method='given' needs assignment= (the partition id of every node)")
-    if tables.is_hetero != isinstance(given, Mapping):
-        want = "a dict of tensors by node type" if tables.is_hetero else "a tensor"
-        raise ValueError(f"assignment must be {want} for a "
-                         f"{'HeteroData' if tables.is_hetero else 'Data'} graph, "
-                         f"got {type(given).__name__}")
-    given = dict(given) if tables.is_hetero else {HOMO_NODE: given}
-    missing = [t for t in tables.num_nodes if t not in given]
-    unknown = [t for t in given if t not in tables.num_nodes]
-    if missing:
-        raise ValueError(f"assignment lacks node type '{missing[0]}'")
-    if unknown:
-        raise ValueError(f"assignment has node type '{unknown[0]}', which the graph lacks")
-    parts = {t: _given_parts(t, given[t], n, num_parts, tables.is_hetero)
-             for t, n in tables.num_nodes.items()}
-    counts = sum(np.bincount(p, minlength=num_parts) for p in parts.values())
-    empty = np.flatnonzero(counts == 0)
-    if empty.size:
-        raise ValueError(f"partition {int(empty[0])} of the given assignment is empty "
-                         f"(every partition must own at least one node)")
-    return parts
+    num_nodes: Dict[NodeType, int]
+    is_hetero: bool
+    trains: Callable[[], Dict[NodeType, np.ndarray]]
+    csr: Callable[[], Tuple[np.ndarray, np.ndarray]]
+    memory_budget: Optional[int] = None
+    drop: Callable[[np.ndarray], None] = _keep
 
 
-def _given_parts(node_type: NodeType, value: Any, num_nodes: int, num_parts: int,
-                 is_hetero: bool) -> np.ndarray:
-    """One node type's given partition ids, checked (see :func:`check_given`)."""
-    where = f" of node type '{node_type}'" if is_hetero else ""
-    try:
-        value = torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise ValueError(f"assignment{where} must be a tensor of partition ids: {exc}") from exc
-    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-        raise ValueError(f"assignment{where} must be an integer tensor, got {value.dtype}")
-    if value.dim() != 1 or value.numel() != num_nodes:
-        raise ValueError(f"assignment{where} must be 1-d with one entry per node "
-                         f"({num_nodes} nodes), got shape {tuple(value.shape)}")
-    parts = value.cpu().numpy().astype(np.int64)
-    if parts.size and (parts.min() < 0 or parts.max() >= num_parts):
-        raise ValueError(f"assignment{where} holds partition ids outside [0, {num_parts}) "
-                         f"(e.g. {int(parts[(parts < 0) | (parts >= num_parts)][0])})")
-    return parts
+@dataclass(frozen=True)
+class AssignOptions:
+    """Which assigner runs and with what.
+
+    Args:
+        method (str): ``"metis"``, ``"kaminpar"``, ``"random"`` or ``"given"``.
+        seed (int): seed of the assigner.
+        coarsen (bool, optional): METIS on a label-propagation clustering; ``None``:
+            only when plain METIS would not fit the memory (see :class:`AssignInput`).
+        recursive (bool, optional): METIS's algorithm: ``True`` recursive bisection,
+            ``False`` k-way, ``None`` pymetis's choice.
+        given (Tensor or dict, optional): with ``"given"``, the partition of every node.
+    """
+    method: str = "metis"
+    seed: int = 0
+    coarsen: Optional[bool] = None
+    recursive: Optional[bool] = None
+    given: Any = None
 
 
-def _type_offsets(tables: GraphTables) -> Dict[NodeType, int]:
-    offsets, total = {}, 0
-    for node_type, n in tables.num_nodes.items():
-        offsets[node_type] = total
-        total += n
-    return offsets
-
-
-def _train_mask(tables: GraphTables, node_type: NodeType) -> np.ndarray:
-    mask = tables.masks(node_type).get("train")
-    if mask is None:
-        return np.zeros(tables.num_nodes[node_type], dtype=bool)
-    return mask.numpy()
-
-
-def metis_assign(tables: GraphTables, num_parts: int, seed: int,
-                 coarsen: Optional[bool] = None, recursive: Optional[bool] = None
-                 ) -> Assignment:
+def metis_assign(graph: AssignInput, num_parts: int, options: AssignOptions) -> Assignment:
     """METIS on the symmetrised homogeneous view of all node and edge types.
 
     Vertex weights carry one constraint per node type (each type is balanced on its
     own) and, when a ``train_mask`` exists, one for training nodes, so every
     partition gets a fair share of the seeds. With ``coarsen``, METIS partitions the
-    graph of label-propagation clusters (at most ``1/(CLUSTERS_PER_PART * num_parts)``
-    of the nodes each; edge weights count the edges they bundle; node-type constraints
-    only, training nodes are evened out afterwards) and every node follows its
-    cluster: far less memory and time on large graphs, a somewhat larger cut. Phases
-    then include ``"coarsen"``. ``coarsen=None`` decides by memory
-    (:func:`should_coarsen`) and warns when it coarsens. ``recursive`` picks METIS's
-    algorithm (see :func:`assign`).
+    graph of label-propagation clusters (see :func:`assign_csr`): far less memory and
+    time on large graphs, a somewhat larger cut; phases then include ``"coarsen"``.
+    ``coarsen=None`` decides by memory (:func:`should_coarsen`, or the input's
+    budget).
     """
+    trains = graph.trains()
     start = time.perf_counter()
-    offsets = _type_offsets(tables)
-    blocks = [EdgeBlock(index[0].numpy(), index[1].numpy(), offsets[et[0]], offsets[et[2]])
-              for et, index in tables.edge_index.items()]
-    xadj, adjncy = symmetric_csr(blocks, tables.total_nodes)
-    del blocks
-    weights = vertex_weights(tables.num_nodes,
-                             {t: _train_mask(tables, t) for t in tables.num_nodes})
+    xadj, adjncy = graph.csr()
+    weights = vertex_weights(graph.num_nodes, trains)
     phases = {"adjacency": time.perf_counter() - start}
+    coarsen = options.coarsen
     if coarsen is None:
-        coarsen = _coarsen_for_memory(adjncy.nbytes)
-    group = np.repeat(np.arange(len(tables.num_nodes)), list(tables.num_nodes.values()))
-    train = np.concatenate([_train_mask(tables, t) for t in tables.num_nodes])
-    parts = assign_csr(xadj, adjncy, weights, group, train, num_parts, seed, coarsen,
-                       recursive, phases)
-    return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
-                      phases)
+        coarsen = _coarsen_for_memory(adjncy.nbytes) if graph.memory_budget is None else \
+            adjncy.nbytes * METIS_BYTES_PER_ADJACENCY_BYTE > graph.memory_budget
+    train = np.concatenate(list(trains.values()))
+    del trains
+    parts = assign_csr(xadj, adjncy, weights, node_groups(graph.num_nodes), train, num_parts,
+                       options.seed, coarsen, options.recursive, phases,
+                       coarse_budget=graph.memory_budget)
+    graph.drop(adjncy)
+    return Assignment(split_by_type(parts, graph.num_nodes), phases)
+
+
+def random_assign(graph: AssignInput, num_parts: int, options: AssignOptions) -> Assignment:
+    """Balanced random assignment (see :func:`random_parts`)."""
+    return Assignment(random_parts(graph.num_nodes, graph.trains(), num_parts, options.seed))
 
 
 def assign_csr(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, group: np.ndarray,
@@ -367,12 +313,6 @@ def balance_train(parts: np.ndarray, train: np.ndarray, xadj: np.ndarray, adj: n
             return
         _move_best(parts, train, src, dst, need, xadj, adj)
         _move_best(parts, ~train, dst, src, need, xadj, adj)
-
-
-def random_assign(tables: GraphTables, num_parts: int, seed: int) -> Dict[NodeType, np.ndarray]:
-    """Balanced random assignment (see :func:`random_parts`)."""
-    return random_parts(tables.num_nodes, {t: _train_mask(tables, t) for t in tables.num_nodes},
-                        num_parts, seed)
 
 
 def random_parts(num_nodes: Dict[NodeType, int], trains: Dict[NodeType, np.ndarray],

@@ -21,13 +21,13 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from pyg_dist.partition.assign import Assignment
-    from pyg_dist.partition.tables import GraphTables
+from pyg_dist.partition.assign import (AssignInput, Assignment, AssignOptions, balance_nodes,
+                                       balance_train)
+from pyg_dist.partition.common import node_groups, split_by_type
 
 CONTEXTS = ("default", "terapart", "fast", "eco", "strong", "terapart-eco")
 # contexts built for graphs stored compressed in memory (loaded with compress=True)
@@ -149,43 +149,35 @@ def _threads(threads: Optional[int]) -> int:
     return max(len(os.sched_getaffinity(0)), 1)
 
 
-def kaminpar_assign(tables: "GraphTables", num_parts: int, seed: int,
-                    context: str = "default", threads: Optional[int] = None
-                    ) -> "Assignment":
+def kaminpar_assign(graph: AssignInput, num_parts: int, options: AssignOptions,
+                    context: str = "default", threads: Optional[int] = None) -> Assignment:
     """KaMinPar on the symmetrised homogeneous view of all node and edge types.
 
-    The adjacency is the one METIS gets (:func:`~pyg_dist.partition.kernels.symmetric_csr`
-    over every edge type). KaMinPar balances node counts (unit vertex weights, 3%
-    imbalance); the per-node-type and train-node balance that METIS gets as extra
-    constraints come from the post-passes afterwards (see the module docstring).
-    Phases: ``"adjacency"``, ``"parhip"`` (writing the file), ``"load"``,
-    ``"kaminpar"``, ``"balance"`` (not ``"write"``: the Partitioner's own step).
+    The adjacency is the one METIS gets (every edge type, both directions). KaMinPar
+    balances node counts (unit vertex weights, 3% imbalance); the per-node-type and
+    train-node balance that METIS gets as extra constraints come from the post-passes
+    afterwards (see the module docstring). Phases: ``"adjacency"``, ``"parhip"``
+    (writing the file), ``"load"``, ``"kaminpar"``, ``"balance"``.
     """
-    from pyg_dist.partition.assign import (Assignment, _train_mask, _type_offsets,
-                                           balance_nodes, balance_train)
-    from pyg_dist.partition.kernels import EdgeBlock, symmetric_csr
-
     kaminpar_module()  # fail before building anything when it is missing
     phases, start = {}, time.perf_counter()
-    offsets = _type_offsets(tables)
-    blocks = [EdgeBlock(index[0].numpy(), index[1].numpy(), offsets[et[0]], offsets[et[2]])
-              for et, index in tables.edge_index.items()]
-    xadj, adjncy = symmetric_csr(blocks, tables.total_nodes)
-    del blocks
+    xadj, adjncy = graph.csr()
     phases["adjacency"] = time.perf_counter() - start
     with tempfile.TemporaryDirectory(prefix="pyg_dist_kaminpar_") as tmp:
         start, path = time.perf_counter(), Path(tmp) / "graph.parhip"
         write_parhip(path, xadj, adjncy)
+        graph.drop(adjncy)
         del adjncy  # KaMinPar holds its own copy while it runs: ours would double it
         phases["parhip"] = time.perf_counter() - start
-        parts = partition_parhip(path, num_parts, seed, context, threads, phases=phases)
+        parts = partition_parhip(path, num_parts, options.seed, context, threads,
+                                 phases=phases)
         start = time.perf_counter()
         adjncy = read_parhip_neighbours(path)  # back for the balance post-passes
-    group = np.repeat(np.arange(len(tables.num_nodes)), list(tables.num_nodes.values()))
-    balance_nodes(parts, [group == i for i in range(len(tables.num_nodes))], xadj, adjncy,
+    group = node_groups(graph.num_nodes)
+    balance_nodes(parts, [group == i for i in range(len(graph.num_nodes))], xadj, adjncy,
                   num_parts)
-    train = np.concatenate([_train_mask(tables, t) for t in tables.num_nodes])
-    balance_train(parts, train, xadj, adjncy, num_parts)
+    del group
+    balance_train(parts, np.concatenate(list(graph.trains().values())), xadj, adjncy,
+                  num_parts)
     phases["balance"] = time.perf_counter() - start
-    return Assignment({t: parts[offsets[t]:offsets[t] + n] for t, n in tables.num_nodes.items()},
-                      phases)
+    return Assignment(split_by_type(parts, graph.num_nodes), phases)

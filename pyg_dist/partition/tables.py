@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Dict, Union
+from typing import Dict, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_dist.format.meta import AttrSpec
 from pyg_dist.format.schema import DTYPES, dtype_name
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 
@@ -139,7 +140,33 @@ class GraphTables:
     def total_nodes(self) -> int:
         return sum(self.num_nodes.values())
 
+    # ---- the pipeline's GraphSchema (as a chunked source gives it) ---------------------
+    @property
+    def edge_types(self) -> Tuple[EdgeType, ...]:
+        return tuple(self.edge_index)
+
+    @property
+    def node_specs(self) -> Dict[NodeType, Dict[str, AttrSpec]]:
+        """Per node type, dtype and row shape of each node attribute."""
+        return {t: {k: _spec(v) for k, v in a.items()} for t, a in self.node_attrs.items()}
+
+    @property
+    def edge_specs(self) -> Dict[EdgeType, Dict[str, AttrSpec]]:
+        """Per edge type, dtype and row shape of each edge attribute."""
+        return {t: {k: _spec(v) for k, v in a.items()} for t, a in self.edge_attrs.items()}
+
+    def num_edges(self, edge_type: EdgeType) -> int:
+        return int(self.edge_index[edge_type].size(1))
+
+    def mask_names(self, node_type: NodeType) -> Tuple[str, ...]:
+        """Node attributes that are ``<split>_mask`` tensors (bool, one value per node)."""
+        return tuple(f"{name}_mask" for name in self.masks(node_type))
+
     def masks(self, node_type: NodeType) -> Dict[str, Tensor]:
         """Boolean ``<split>_mask`` attributes of a node type, keyed by split name."""
         return {key[:-len("_mask")]: value for key, value in self.node_attrs[node_type].items()
                 if key.endswith("_mask") and value.dtype == torch.bool and value.dim() == 1}
+
+
+def _spec(value: Tensor) -> AttrSpec:
+    return AttrSpec(dtype_name(value.dtype), tuple(value.shape[1:]))

@@ -228,4 +228,5 @@ def test_allow_external_paths_reads_an_absolute_path(place: Path, good: Path,
 def test_allow_external_paths_needs_input(tmp_path: Path, capsys) -> None:
     code, output, _ = _run(["--dataset", "synthetic", "--num-nodes", "50", "--num-parts", "2",
                             "--out", str(tmp_path / "o"), "--allow-external-paths"], capsys)
-    assert code == 2 and "--allow-external-paths applies to --input" in output, output
+    assert code == 2 and "allow_external_paths applies to a chunked graph folder source " \
+        "(--input DIR)" in output, output

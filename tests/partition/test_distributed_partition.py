@@ -238,8 +238,8 @@ def test_ranks_running_different_commands_stop_naming_the_option(tmp_path: Path)
 
 @pytest.mark.parametrize("extra,expected", [
     (["--pyg-extras"], "--pyg-extras is not built for multi-machine partitioning"),
-    (["--method", "kaminpar"], "--method kaminpar is not built for multi-machine"),
-    (["--no-coarsen"], "multi-machine partitioning always runs METIS on the"),
+    (["--method", "kaminpar"], "method=kaminpar is not available for multi-machine"),
+    (["--no-coarsen"], "coarsen=False is not available for multi-machine partitioning"),
     (["--memory-budget", "lots"], "is not a size"),
 ])
 def test_cli_options_not_built_under_torchrun(tmp_path: Path, capsys, monkeypatch, extra,

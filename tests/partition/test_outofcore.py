@@ -177,7 +177,8 @@ def test_memory_budget_needs_input(tmp_path: Path, capsys) -> None:
     assert partition_main(["--dataset", "synthetic", "--num-nodes", "50", "--num-parts", "2",
                            "--out", str(tmp_path / "o"), "--memory-budget", "1GB",
                            "--quiet"]) == 2
-    assert "--memory-budget applies to --input" in capsys.readouterr().err
+    assert "memory_budget applies to a chunked graph folder source (--input DIR)" in \
+        capsys.readouterr().err
 
 
 def test_graph_without_communities_stays_within_budget(tmp_path: Path) -> None:

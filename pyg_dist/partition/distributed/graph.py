@@ -20,8 +20,8 @@ import numpy as np
 
 from pyg_dist.partition.distributed.comm import Comm, home_of, route
 from pyg_dist.partition.kernels import dedup_rows
-from pyg_dist.partition.outofcore.csr import type_offsets
-from pyg_dist.partition.outofcore.parts import distinct
+from pyg_dist.partition.common import type_offsets
+from pyg_dist.partition.writer import distinct
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.typing import EdgeType

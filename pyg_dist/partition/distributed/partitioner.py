@@ -38,28 +38,26 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
 from pyg_dist.format import io, leftovers
+from pyg_dist.format.identity import part_digest, partition_uid
+from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.partition.common import Laps, PartitionTimings, type_offsets
 from pyg_dist.partition.distributed.assign import DistAssigner, random_local_parts
 from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
-from pyg_dist.format.identity import part_digest, partition_uid
-from pyg_dist.partition.kernels import sorted_unique
-from pyg_dist.format.meta import AttrSpec, PartitionMeta
+from pyg_dist.partition.distributed.rows import RowExchange, writer_of
+from pyg_dist.partition.options import PartitionOptions, check_options
 from pyg_dist.partition.outofcore.budget import DIST_BYTES_PER_NODE
-from pyg_dist.partition.outofcore.csr import type_offsets
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc
-from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
-                                                source_meta, write_source_part)
-from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
 from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import open_source
-from pyg_dist.partition.partitioner import PartitionTimings, _Laps
 from pyg_dist.partition.progress import step
+from pyg_dist.partition.writer import PartPieces, graph_meta, part_halo, write_part
 from pyg_dist.typing import EdgeType, NodeType
 
 #: bytes held per edge while a destination range is put in CSC order: its records, the
@@ -77,12 +75,7 @@ def _test_kill(phase: str, rank: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def writer_of(part: int, num_parts: int, world: int) -> int:
-    """The rank that writes (and whose machine serves) partition ``part``."""
-    return part * world // num_parts
-
-
-class DistPartitioner:
+class DistPartitioner(RowExchange):
     """Partitions a chunked graph folder with every rank of the job taking a share.
 
     Collective: every rank constructs it with the same options (they are checked)
@@ -111,9 +104,9 @@ class DistPartitioner:
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
                  progress: bool = True, allow_external_paths: bool = False) -> None:
         self.comm = comm or Comm()
-        if method not in ("metis", "random"):
-            raise ValueError(f"unknown partition method '{method}' (multi-machine "
-                             f"partitioning takes 'metis' or 'random')")
+        check_options(PartitionOptions(method, seed, memory_budget=memory_budget,
+                                       allow_external_paths=allow_external_paths),
+                      "multi_machine")
         self.source, self.budget = open_source(input, num_parts, memory_budget,
                                                allow_external_paths, DIST_BYTES_PER_NODE,
                                                self.comm.world)
@@ -145,7 +138,7 @@ class DistPartitioner:
     def generate(self) -> PartitionMeta:
         """Writes the partitions (collectively) and returns their :class:`PartitionMeta`."""
         comm, out = self.comm, self.root
-        start, laps = time.perf_counter(), _Laps()
+        start, laps = time.perf_counter(), Laps()
         error: Optional[BaseException] = None
         try:
             if out.exists() and not out.is_dir():
@@ -194,7 +187,7 @@ class DistPartitioner:
                         f"rank {r} ({info['host']}) has {value!r} (every rank must run the "
                         f"same command on the same input)")
 
-    def _run(self, tmp: Path, laps: _Laps) -> PartitionMeta:
+    def _run(self, tmp: Path, laps: Laps) -> PartitionMeta:
         """Every step but the output folders. An error raised here on one rank ends that
         rank; the others' next exchange fails, naming it (its error, through the health
         watchdog's store), so no rank waits forever."""
@@ -229,12 +222,12 @@ class DistPartitioner:
         digests = self._merge(comm.allgather(
             {p: part_digest(pieces[p].node_ids, pieces[p].edge_ids) for p in self.mine},
             "hashing the partitions"))
-        meta = source_meta(self.source, self.num_parts, node_offsets, edge_offsets,
+        meta = graph_meta(self.source, self.num_parts, node_offsets, edge_offsets,
                            self.method, self.seed)
         uid = partition_uid(meta.to_json(), digests)
         laps.lap("uid")
         with self._step("writing partitions"):
-            stats = {p: write_source_part(tmp, p, self.source, pieces[p], node_offsets,
+            stats = {p: write_part(tmp, p, self.source, pieces[p], node_offsets,
                                           halos[p], halo_rows[p], uid) for p in self.mine}
         del pieces, node_rows, edge_rows, csc, halo_rows
         shutil.rmtree(scratch.folder, ignore_errors=True)
@@ -397,128 +390,6 @@ class DistPartitioner:
             np.empty(0, np.int64)
         return bucket_starts(ordered, offsets, self.mine, self.budget, BYTES_PER_SORTED_EDGE,
                              f"edge type {name}")
-
-    # ---- 4. rows ---------------------------------------------------------------------------
-    def _writer_arrays(self, scratch: Scratch, name: str, spec, offsets: Tuple[int, ...]
-                       ) -> Dict[int, np.ndarray]:
-        return {p: scratch.array(name, np.dtype(spec.dtype),
-                                 (offsets[p + 1] - offsets[p], *spec.shape)) for p in self.mine}
-
-    def _send_rows(self, new: np.ndarray, rows: np.ndarray, offsets: Tuple[int, ...],
-                   outs: Dict[int, np.ndarray], what: str) -> None:
-        """Sends ``rows`` (new ids ``new``) to the writers of their partitions, which
-        store them in ``outs`` (a collective round)."""
-        P, comm = self.num_parts, self.comm
-        bounds = np.array(offsets, dtype=np.int64)
-        parts = home_of(new, bounds)
-        writers = np.array([writer_of(p, P, comm.world) for p in range(P)],
-                           dtype=np.int64)[parts]
-        got_new, got_rows = route(comm, writers, [new, rows], what)
-        got_parts = home_of(got_new, bounds)
-        for p in sorted_unique(got_parts):
-            mine = got_parts == p
-            outs[int(p)][got_new[mine] - bounds[p]] = got_rows[mine]
-
-    def _node_blocks(self, node_type: NodeType, block: int) -> Iterator[Tuple[int, int]]:
-        a, b = self.node_ranges[node_type]
-        for s in range(a, b, block):
-            yield s, min(s + block, b)
-
-    def _node_rows(self, numbers: np.ndarray, node_offsets, scratch: Scratch):
-        comm, src = self.comm, self.source
-        offsets = type_offsets(src.num_nodes)
-        lo = src.total_nodes * comm.rank // comm.world
-        node_rows: Dict[NodeType, Dict[str, Dict[int, np.ndarray]]] = {}
-        node_ids: Dict[NodeType, Dict[int, np.ndarray]] = {}
-        for t in src.num_nodes:
-            node_ids[t] = self._writer_arrays(scratch, f"node-ids-{t}", AttrSpec("int64", ()),
-                                              node_offsets[t])
-            what = f"sending node ids of {t} to their partitions"
-            for piece in comm.rounds(self._node_blocks(t, self.block), what):
-                a, b = piece if piece is not None else (0, 0)
-                local = np.arange(a, b, dtype=np.int64) + offsets[t] - lo
-                self._send_rows(numbers[local, 0], np.arange(a, b, dtype=np.int64),
-                                node_offsets[t], node_ids[t], what)
-            node_rows[t] = {}
-            for name, spec in src.node_specs[t].items():
-                outs = self._writer_arrays(scratch, f"node-{name}", spec, node_offsets[t])
-                what = f"sending node data {t}/{name} to its partitions"
-                block = self.budget.block_rows(2 * row_bytes(spec) + 32)
-                for piece in comm.rounds(self._node_blocks(t, block), what):
-                    a, b = piece if piece is not None else (0, 0)
-                    rows = src.node_rows(t, name, a, b)
-                    local = np.arange(a, b, dtype=np.int64) + offsets[t] - lo
-                    self._send_rows(numbers[local, 0], rows, node_offsets[t], outs, what)
-                node_rows[t][name] = outs
-        return node_rows, node_ids
-
-    def _edge_rows(self, edge_ids, edge_offsets, scratch: Scratch):
-        comm, src = self.comm, self.source
-        edge_rows: Dict[EdgeType, Dict[str, Dict[int, np.ndarray]]] = {}
-        for et, specs in src.edge_specs.items():
-            edge_rows[et] = {}
-            if not specs:
-                continue
-            name = src.edge_names[et]
-            bounds = self.files.bounds[et]
-            lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
-            inverse = scratch.array(f"edge-inverse-{name}", np.int64, (hi - lo,))
-            what = f"locating the edges of {name}"
-
-            def mapped() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-                for p in self.mine:
-                    ids = edge_ids[et][p]
-                    for s in range(0, ids.shape[0], self.block):
-                        e = min(s + self.block, ids.shape[0])
-                        yield np.asarray(ids[s:e]), edge_offsets[et][p] + np.arange(s, e)
-
-            for piece in comm.rounds(mapped(), what):
-                old, new = piece if piece is not None else (np.empty(0, np.int64),
-                                                            np.empty(0, np.int64))
-                got_old, got_new = route(comm, home_of(old, bounds), [old, new], what)
-                inverse[got_old - lo] = got_new
-            for key, spec in specs.items():
-                outs = self._writer_arrays(scratch, f"edge-{key}", spec, edge_offsets[et])
-                what = f"sending edge data {name}/{key} to its partitions"
-                block = self.budget.block_rows(2 * row_bytes(spec) + 32)
-                ranges = ((s, min(s + block, hi)) for s in range(lo, hi, block))
-                for piece in comm.rounds(ranges, what):
-                    a, b = piece if piece is not None else (lo, lo)
-                    rows = src.edge_rows(et, key, a, b)
-                    self._send_rows(np.asarray(inverse[a - lo:b - lo]), rows, edge_offsets[et],
-                                    outs, what)
-                edge_rows[et][key] = outs
-            Scratch.drop(inverse)
-        return edge_rows
-
-    def _halo_rows(self, halos, node_rows, node_offsets) -> Dict[int, Dict[NodeType, dict]]:
-        """Rows of halo attributes for every halo node of this rank's partitions, asked
-        from the writers of the partitions owning them."""
-        comm, P = self.comm, self.num_parts
-        out: Dict[int, Dict[NodeType, dict]] = {p: {} for p in self.mine}
-        firsts = [min([p for p in range(P) if writer_of(p, P, comm.world) == r] or [P])
-                  for r in range(comm.world)]
-        for t in self.source.num_nodes:
-            names = halo_attr_names(self.source, t, self.halo_attrs)
-            if not names:
-                continue
-            offsets = node_offsets[t]
-            bounds = np.array([offsets[f] for f in firsts] + [offsets[-1]], dtype=np.int64)
-            mine_offsets = [offsets[p] for p in self.mine] + \
-                ([offsets[self.mine[-1] + 1]] if self.mine else [])
-            ids = [halos[p].halo.get(t, np.empty(0, np.int64)) for p in self.mine]
-            every = np.concatenate(ids) if ids else np.empty(0, np.int64)
-            for name in names:
-                spec = self.source.node_specs[t][name]
-                arrays = [node_rows[t][name][p] for p in self.mine]
-                rows = lookup(comm, every, bounds,
-                              lambda k: gather_rows(arrays, mine_offsets, k, spec),
-                              f"fetching halo rows of {t}/{name}")
-                cuts = np.cumsum([i.shape[0] for i in ids])[:-1]
-                for p, piece in zip(self.mine, np.split(rows, cuts)):
-                    if t in halos[p].halo:
-                        out[p].setdefault(t, {})[name] = piece
-        return out
 
     # ---- 5. output folders -----------------------------------------------------------------
     def _finish(self, tmp: Path, meta: PartitionMeta) -> None:

@@ -8,24 +8,15 @@ the row pointers and cursors (int64 per node) are held in memory.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Tuple
 
 import numpy as np
 
+from pyg_dist.partition.common import type_offsets
 from pyg_dist.partition.kernels import (count_lower, dedup_rows, fill_lower,
                                         mirror_fill_windows, mirror_pointers)
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
-from pyg_dist.typing import NodeType
-
-
-def type_offsets(num_nodes: Dict[NodeType, int]) -> Dict[NodeType, int]:
-    """First id of every node type in the combined id space (types in order)."""
-    offsets, total = {}, 0
-    for node_type, n in num_nodes.items():
-        offsets[node_type] = total
-        total += n
-    return offsets
 
 
 def streaming_csr(source: ChunkedSource, scratch: Scratch, window: int = 1 << 24

@@ -1,14 +1,16 @@
 """Out-of-core partitioning of a chunked graph on one machine, within a memory budget.
 
-:class:`OutOfCorePartitioner` writes exactly what :class:`~pyg_dist.partition.Partitioner`
+:class:`OutOfCoreStages` are the pipeline's stages (:mod:`pyg_dist.partition.pipeline`)
+for a chunked folder; :class:`OutOfCorePartitioner` runs the pipeline with them. It
+writes exactly what :class:`~pyg_dist.partition.Partitioner`
 writes (format v2: the same files, ids, CSC order, halos, balance rules, statistics and
 ``uid``) while holding only node-sized arrays (a few int64 per node) plus what the
 memory budget allows:
 
 1. assign: the symmetric CSR is built from the edge chunks into memory-mapped scratch
-   files (:mod:`.csr`); METIS runs on it when its working memory fits the budget,
-   otherwise on its label-propagation clustering (the ``coarsen`` path), followed by
-   the usual balance passes (node types, train nodes);
+   files (:mod:`.csr`) for the assigner (every one the in-memory path has); METIS runs
+   on it when its working memory fits the budget, otherwise on its label-propagation
+   clustering (the ``coarsen`` path), followed by the usual balance passes;
 2. relabel: new ids contiguous per partition;
 3. order edges: in-degrees counted, each partition's destinations cut into ranges
    whose in-edges fit the budget, records bucketed by range on disk through bounded
@@ -25,32 +27,30 @@ byte in every tensor (the random method, or METIS with the same ``coarsen`` choi
 from __future__ import annotations
 
 import shutil
-import time
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.format import io
-from pyg_dist.partition.assign import (METIS_BYTES_PER_ADJACENCY_BYTE, assign_csr, random_parts,
-                                       vertex_weights)
-from pyg_dist.format.identity import part_digest, partition_uid
-from pyg_dist.format.meta import PartitionMeta, PartStats
-from pyg_dist.partition.outofcore.csr import streaming_csr, type_offsets
-from pyg_dist.partition.outofcore.budget import BYTES_PER_ORDERED_EDGE
+from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.partition.assign import AssignInput, AssignOptions
+from pyg_dist.partition.assigners import run_assigner
+from pyg_dist.partition.common import NodeOrder, PartitionTimings
+from pyg_dist.partition.given import check_given
+from pyg_dist.partition.kaminpar_assign import kaminpar_module
+from pyg_dist.partition.options import PartitionOptions, check_options, method_label
+from pyg_dist.partition.outofcore.budget import BYTES_PER_ORDERED_EDGE, MemoryBudget
+from pyg_dist.partition.outofcore.csr import streaming_csr
 from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucket_starts,
                                                 bucket_type_edges, indegree, inverse_map,
                                                 order_buckets)
-from pyg_dist.partition.outofcore.parts import (PartPieces, halo_attr_names, part_halo,
-                                                source_meta, write_source_part)
 from pyg_dist.partition.outofcore.rows import gather_rows, part_arrays, row_bytes, scatter_rows
-from pyg_dist.partition.outofcore.scratch import Scratch, plain
-from pyg_dist.partition.outofcore.source import open_source
-from pyg_dist.partition.partitioner import NodeOrder, PartitionTimings, _Laps
-from pyg_dist.partition.progress import step, track
+from pyg_dist.partition.outofcore.scratch import Scratch
+from pyg_dist.partition.outofcore.source import ChunkedSource, open_source
+from pyg_dist.partition.pipeline import Edges, Nodes, RunOptions, run_pipeline
+from pyg_dist.partition.writer import PartHalo, PartPieces, halo_attr_names
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
@@ -58,6 +58,113 @@ Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
 
 def _rows_of(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     return array[start:stop]
+
+
+class OutOfCoreStages:
+    """:class:`~pyg_dist.partition.pipeline.Stages` over a chunked folder: every
+    graph-sized array lives in memory-mapped scratch files under the output's
+    temporary folder, and each streaming step holds at most ``budget``.
+
+    Args:
+        source (ChunkedSource): the opened folder.
+        budget (MemoryBudget): the memory budget.
+        num_parts (int): number of partitions.
+        assign (AssignOptions): the assigner and its options.
+        halo_attrs (Iterable[str]): node attributes also stored for halo nodes.
+    """
+    copies_rows = True
+
+    def __init__(self, source: ChunkedSource, budget: MemoryBudget, num_parts: int,
+                 assign: AssignOptions, halo_attrs: Iterable[str]) -> None:
+        self.schema = self.source = source
+        self.budget, self.num_parts, self.options = budget, num_parts, assign
+        self.halo_attrs = tuple(halo_attrs)
+        self.scratch: Optional[Scratch] = None
+        self.node_rows: Dict[NodeType, Rows] = {}
+        self.edge_rows: Dict[EdgeType, Rows] = {}
+        self.bucket_flushes = 0
+        self.edge_ranges = 0  # destination ranges ordered one at a time (all edge types)
+
+    def open(self, tmp: Path) -> None:
+        self.scratch = Scratch(tmp / ".scratch")
+
+    def close(self) -> None:
+        self.node_rows, self.edge_rows = {}, {}
+        shutil.rmtree(self.scratch.folder)
+
+    def assign(self) -> Tuple[Dict[NodeType, np.ndarray], Dict[str, float]]:
+        """The partition of every node per type, and the seconds of its steps."""
+        src, scratch = self.source, self.scratch
+        block = self.budget.block_rows(1)
+        graph = AssignInput(
+            dict(src.num_nodes), src.is_hetero,
+            lambda: {t: src.train_mask(t, block) for t in src.num_nodes},
+            lambda: streaming_csr(src, scratch, self.budget.block_rows(8)),
+            self.budget.total, scratch.drop)
+        assignment = run_assigner(graph, self.num_parts, self.options)
+        return assignment.parts, assignment.phases_s
+
+    def order_edges(self, edge_type: EdgeType, nodes: Nodes) -> OrderedEdges:
+        """Buckets one edge type by destination range (within the budget once ordered),
+        then orders each partition's buckets in turn."""
+        src, name = self.source, self.source.edge_names[edge_type]
+        dst = nodes[edge_type[2]]
+        degree = indegree(src.edge_chunks(edge_type), src.num_nodes[edge_type[2]])[
+            dst.new_to_old]
+        starts, members = bucket_starts(degree, dst.offsets, range(self.num_parts),
+                                        self.budget, BYTES_PER_ORDERED_EDGE, f"edge type {name}")
+        del degree
+        self.edge_ranges += len(starts) - 1
+        buckets = EdgeBuckets(self.scratch, len(starts) - 1, self.budget.buffer_bytes)
+        bucket_type_edges(src.edge_chunks(edge_type), nodes[edge_type[0]].old_to_new,
+                          dst.old_to_new, starts, buckets)
+        self.bucket_flushes += buckets.flushes
+        return order_buckets(buckets, starts, members, dst.offsets, src.num_edges(edge_type),
+                             self.scratch, edge_key(edge_type))
+
+    def copy_rows(self, nodes: Nodes, edges: Edges) -> None:
+        """Node and edge data copied block by block into per-partition scratch arrays."""
+        src = self.source
+        for t, specs in src.node_specs.items():
+            order, self.node_rows[t] = nodes[t], {}
+            for name, spec in specs.items():
+                arrays = part_arrays(self.scratch, f"node-{name}", spec, order.offsets)
+                scatter_rows(partial(src.node_rows, t, name),
+                             partial(_rows_of, order.old_to_new), src.num_nodes[t],
+                             order.offsets, arrays, self.budget.block_rows(row_bytes(spec)))
+                self.node_rows[t][name] = arrays
+        for et, specs in src.edge_specs.items():
+            self.edge_rows[et] = {}
+            if not specs:
+                continue
+            key, total = edge_key(et), src.num_edges(et)
+            inverse = inverse_map(edges[et].edge_map, self.scratch, key,
+                                  self.budget.block_rows(16))
+            for name, spec in specs.items():
+                arrays = part_arrays(self.scratch, f"edge-{name}", spec, edges[et].offsets)
+                scatter_rows(partial(src.edge_rows, et, name), partial(_rows_of, inverse),
+                             total, edges[et].offsets, arrays,
+                             self.budget.block_rows(row_bytes(spec)))
+                self.edge_rows[et][name] = arrays
+
+    def pieces(self, part: int, nodes: Nodes, edges: Edges) -> PartPieces:
+        return PartPieces(
+            csc={et: (o.parts[part].indptr, o.parts[part].indices) for et, o in edges.items()},
+            node_rows={t: {k: v[part] for k, v in rows.items()}
+                       for t, rows in self.node_rows.items()},
+            edge_rows={et: {k: v[part] for k, v in rows.items()}
+                       for et, rows in self.edge_rows.items()},
+            node_ids={t: o.new_to_old[o.offsets[part]:o.offsets[part + 1]]
+                      for t, o in nodes.items()},
+            edge_ids={et: o.edge_map[o.offsets[part]:o.offsets[part + 1]]
+                      for et, o in edges.items()})
+
+    def halo_rows(self, part: int, halo: PartHalo, nodes: Dict[NodeType, NodeOrder]
+                  ) -> Dict[NodeType, Dict[str, np.ndarray]]:
+        return {t: {k: gather_rows(self.node_rows[t][k], nodes[t].offsets, ids,
+                                   self.source.node_specs[t][k])
+                    for k in halo_attr_names(self.source, t, self.halo_attrs)}
+                for t, ids in halo.halo.items()}
 
 
 class OutOfCorePartitioner:
@@ -69,7 +176,8 @@ class OutOfCorePartitioner:
         root (str or Path): output folder; must be absent or empty unless ``overwrite``.
         memory_budget (int or str): bytes (or ``"4GB"``) the streaming steps may hold
             beyond the node-sized arrays.
-        method (str): ``"metis"`` (default) or ``"random"``.
+        method (str): ``"metis"`` (default), ``"kaminpar"``, ``"random"`` or ``"given"``
+            (as :class:`~pyg_dist.partition.Partitioner` takes them).
         seed (int): seed for METIS, the coarsening and the random assignment.
         overwrite (bool): replace an existing non-empty ``root``.
         halo_attrs (Iterable[str]): node attributes also stored for halo nodes.
@@ -77,6 +185,11 @@ class OutOfCorePartitioner:
         coarsen (bool, optional): METIS on a label-propagation clustering; ``None``
             (default): only when plain METIS (about 8 times the adjacency) would not fit
             the budget.
+        recursive (bool, optional): METIS's algorithm (see
+            :class:`~pyg_dist.partition.Partitioner`).
+        assignment (Tensor or dict, optional): with ``method="given"``, the partition
+            of every node.
+        allow_external_paths (bool): with a folder, read chunk files outside it too.
 
     Raises:
         ValueError: a bad option, or :class:`~.budget.MemoryBudgetError` when the budget
@@ -86,165 +199,35 @@ class OutOfCorePartitioner:
     def __init__(self, input: Union[str, Path, ChunkedGraph], num_parts: int,
                  root: Union[str, Path], memory_budget: Union[int, str], method: str = "metis",
                  seed: int = 0, overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
-                 progress: bool = True, coarsen: Optional[bool] = None) -> None:
-        if method not in ("metis", "random"):
-            raise ValueError(f"unknown partition method '{method}' (the out-of-core path "
-                             f"takes 'metis' or 'random')")
-        if coarsen and method != "metis":
-            raise ValueError(f"coarsen=True applies to method='metis', not '{method}'")
-        self.source, self.budget = open_source(input, num_parts, memory_budget)
+                 progress: bool = True, coarsen: Optional[bool] = None,
+                 recursive: Optional[bool] = None, assignment: Any = None,
+                 allow_external_paths: bool = False) -> None:
+        check_options(PartitionOptions(method, seed, coarsen, recursive, assignment,
+                                       memory_budget, allow_external_paths), "out_of_core")
+        if method == "kaminpar":
+            kaminpar_module()
+        source, budget = open_source(input, num_parts, memory_budget, allow_external_paths)
+        if method == "given":
+            check_given(source.num_nodes, source.is_hetero, num_parts, assignment)
+        self.source, self.budget = source, budget
         self.num_parts, self.root, self.method, self.seed = num_parts, Path(root), method, seed
-        self.overwrite, self.halo_attrs = overwrite, tuple(halo_attrs)
-        self.progress, self.coarsen = progress, coarsen
+        self.overwrite, self.progress = overwrite, progress
+        self.method_name = method_label(method, recursive)
+        self.stages = OutOfCoreStages(source, budget, num_parts, AssignOptions(
+            method, seed, coarsen, recursive, assignment), halo_attrs)
         self.timings: Optional[PartitionTimings] = None
-        self.bucket_flushes = 0
-        self.edge_ranges = 0  # destination ranges ordered one at a time (all edge types)
 
     @property
-    def method_name(self) -> str:
-        return self.method
+    def bucket_flushes(self) -> int:
+        return self.stages.bucket_flushes
+
+    @property
+    def edge_ranges(self) -> int:
+        return self.stages.edge_ranges
 
     def generate(self) -> PartitionMeta:
         """Writes the partitions and returns their :class:`PartitionMeta`."""
-        start, laps = time.perf_counter(), _Laps()
-        with io.atomic_dir(self.root, overwrite=self.overwrite) as tmp:
-            scratch = Scratch(tmp / ".scratch")
-            with step("assigning nodes to partitions", enabled=self.progress):
-                parts, phases = self._assign(scratch)
-            laps.lap("assign")
-            nodes = {t: NodeOrder.from_parts(p, self.num_parts) for t, p in parts.items()}
-            del parts
-            laps.lap("relabel")
-            edges = {et: self._order_edges(et, nodes, scratch)
-                     for et in self._bar(self.source.edge_names, "ordering edges")}
-            laps.lap("order_edges")
-            with step("copying node and edge data", enabled=self.progress):
-                node_rows = self._node_rows(nodes, scratch)
-                edge_rows = self._edge_rows(edges, scratch)
-            laps.lap("copy_rows")
-            meta = self._meta(nodes, edges)
-            uid = partition_uid(meta.to_json(), [part_digest(*self._part_ids(p, nodes, edges))
-                                                 for p in range(self.num_parts)])
-            laps.lap("uid")
-            stats = [self._write_part(tmp, p, nodes, edges, node_rows, edge_rows, uid)
-                     for p in self._bar(range(self.num_parts), "writing partitions")]
-            meta = replace(meta, parts=tuple(stats), uid=uid)
-            io.save_json(meta.to_json(), tmp / io.META_FILE)
-            del node_rows, edge_rows, edges
-            shutil.rmtree(scratch.folder)
-        laps.lap("write")
-        self.timings = PartitionTimings(time.perf_counter() - start, phases.get("metis", 0.0),
-                                        {**phases, **laps.phases_s})
+        meta, self.timings = run_pipeline(self.stages, RunOptions(
+            self.num_parts, self.root, self.overwrite, self.method_name, self.seed,
+            self.progress))
         return meta
-
-    # ---- steps ---------------------------------------------------------------------------
-    def _bar(self, items: Iterable, desc: str) -> Iterable:
-        return track(items, desc, enabled=self.progress)
-
-    def _assign(self, scratch: Scratch) -> Tuple[Dict[NodeType, np.ndarray], Dict[str, float]]:
-        """The partition of every node per type, and the seconds of its steps."""
-        src = self.source
-        block = self.budget.block_rows(1)
-        trains = {t: src.train_mask(t, block) for t in src.num_nodes}
-        if self.num_parts == 1:
-            return {t: np.zeros(n, dtype=np.int64) for t, n in src.num_nodes.items()}, {}
-        if self.method == "random":
-            return random_parts(src.num_nodes, trains, self.num_parts, self.seed), {}
-        start = time.perf_counter()
-        xadj, adjncy = streaming_csr(src, scratch, self.budget.block_rows(8))
-        weights = vertex_weights(src.num_nodes, trains)
-        phases = {"adjacency": time.perf_counter() - start}
-        coarsen = self.coarsen
-        if coarsen is None:
-            coarsen = adjncy.nbytes * METIS_BYTES_PER_ADJACENCY_BYTE > self.budget.total
-        group = np.repeat(np.arange(len(src.num_nodes)), list(src.num_nodes.values()))
-        train = np.concatenate(list(trains.values()))
-        del trains
-        parts = assign_csr(xadj, adjncy, weights, group, train, self.num_parts, self.seed,
-                           coarsen, None, phases, coarse_budget=self.budget.total)
-        scratch.drop(adjncy)
-        offsets = type_offsets(src.num_nodes)
-        return {t: parts[offsets[t]:offsets[t] + n].copy() for t, n in src.num_nodes.items()}, \
-            phases
-
-    def _order_edges(self, edge_type: EdgeType, nodes: Dict[NodeType, NodeOrder],
-                     scratch: Scratch) -> OrderedEdges:
-        """Buckets one edge type by destination range (within the budget once ordered),
-        then orders each partition's buckets in turn."""
-        src, name = self.source, self.source.edge_names[edge_type]
-        dst = nodes[edge_type[2]]
-        degree = indegree(src.edge_chunks(edge_type), src.num_nodes[edge_type[2]])[
-            dst.new_to_old]
-        starts, members = bucket_starts(degree, dst.offsets, range(self.num_parts),
-                                        self.budget, BYTES_PER_ORDERED_EDGE, f"edge type {name}")
-        del degree
-        self.edge_ranges += len(starts) - 1
-        buckets = EdgeBuckets(scratch, len(starts) - 1, self.budget.buffer_bytes)
-        bucket_type_edges(src.edge_chunks(edge_type), nodes[edge_type[0]].old_to_new,
-                          dst.old_to_new, starts, buckets)
-        self.bucket_flushes += buckets.flushes
-        return order_buckets(buckets, starts, members, dst.offsets, src.num_edges(edge_type),
-                             scratch, edge_key(edge_type))
-
-    def _node_rows(self, nodes: Dict[NodeType, NodeOrder], scratch: Scratch
-                   ) -> Dict[NodeType, Rows]:
-        out: Dict[NodeType, Rows] = {}
-        for t, specs in self.source.node_specs.items():
-            order, out[t] = nodes[t], {}
-            for name, spec in specs.items():
-                arrays = part_arrays(scratch, f"node-{name}", spec, order.offsets)
-                scatter_rows(partial(self.source.node_rows, t, name),
-                             partial(_rows_of, order.old_to_new), self.source.num_nodes[t],
-                             order.offsets, arrays, self.budget.block_rows(row_bytes(spec)))
-                out[t][name] = arrays
-        return out
-
-    def _edge_rows(self, edges: Dict[EdgeType, OrderedEdges], scratch: Scratch
-                   ) -> Dict[EdgeType, Rows]:
-        out: Dict[EdgeType, Rows] = {}
-        for et, specs in self.source.edge_specs.items():
-            out[et] = {}
-            if not specs:
-                continue
-            key, total = edge_key(et), self.source.num_edges(et)
-            inverse = inverse_map(edges[et].edge_map, scratch, key, self.budget.block_rows(16))
-            for name, spec in specs.items():
-                arrays = part_arrays(scratch, f"edge-{name}", spec, edges[et].offsets)
-                scatter_rows(partial(self.source.edge_rows, et, name), partial(_rows_of, inverse),
-                             total, edges[et].offsets, arrays,
-                             self.budget.block_rows(row_bytes(spec)))
-                out[et][name] = arrays
-        return out
-
-    def _meta(self, nodes: Dict[NodeType, NodeOrder],
-              edges: Dict[EdgeType, OrderedEdges]) -> PartitionMeta:
-        """The META of this partitioning, without per-partition statistics and uid."""
-        return source_meta(self.source, self.num_parts, {t: o.offsets for t, o in nodes.items()},
-                           {et: o.offsets for et, o in edges.items()}, self.method_name,
-                           self.seed)
-
-    def _write_part(self, tmp: Path, part: int, nodes: Dict[NodeType, NodeOrder],
-                    edges: Dict[EdgeType, OrderedEdges], node_rows: Dict[NodeType, Rows],
-                    edge_rows: Dict[EdgeType, Rows], uid: str) -> PartStats:
-        node_ids, edge_ids = self._part_ids(part, nodes, edges)
-        pieces = PartPieces(
-            csc={et: (o.parts[part].indptr, o.parts[part].indices) for et, o in edges.items()},
-            node_rows={t: {k: v[part] for k, v in rows.items()} for t, rows in node_rows.items()},
-            edge_rows={et: {k: v[part] for k, v in rows.items()}
-                       for et, rows in edge_rows.items()},
-            node_ids=node_ids, edge_ids=edge_ids)
-        offsets = {t: o.offsets for t, o in nodes.items()}
-        halo = part_halo(self.source, part, pieces, offsets)
-        halo_rows = {t: {k: gather_rows(node_rows[t][k], offsets[t], ids,
-                                        self.source.node_specs[t][k])
-                         for k in halo_attr_names(self.source, t, self.halo_attrs)}
-                     for t, ids in halo.halo.items()}
-        return write_source_part(tmp, part, self.source, pieces, offsets, halo, halo_rows, uid)
-
-    @staticmethod
-    def _part_ids(part: int, nodes: Dict[NodeType, NodeOrder],
-                  edges: Dict[EdgeType, OrderedEdges]) -> tuple:
-        """Original ids of the nodes partition ``part`` owns and of its edges (views)."""
-        return ({t: o.new_to_old[o.offsets[part]:o.offsets[part + 1]] for t, o in nodes.items()},
-                {t: plain(o.edge_map[o.offsets[part]:o.offsets[part + 1]])
-                 for t, o in edges.items()})

@@ -7,7 +7,7 @@ memory-mapped scratch file, later saved as it is into the partition's ``.pt`` fi
 """
 from __future__ import annotations
 
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Sequence
 
 import numpy as np
 
@@ -59,7 +59,3 @@ def gather_rows(arrays: List[np.ndarray], offsets: Sequence[int], ids: np.ndarra
 
 def row_bytes(spec: AttrSpec) -> int:
     return int(np.dtype(spec.dtype).itemsize * np.prod(spec.shape, dtype=np.int64))
-
-
-def owned_range(offsets: Sequence[int], part: int) -> Tuple[int, int]:
-    return int(offsets[part]), int(offsets[part + 1])

@@ -6,6 +6,10 @@ from typing import Tuple, Union
 
 import numpy as np
 
+from pyg_dist.partition.common import plain
+
+__all__ = ["Scratch", "plain"]
+
 
 class Scratch:
     """Creates memory-mapped arrays in one folder (removed with the output's temporary
@@ -43,8 +47,3 @@ class Scratch:
         """A fresh file path in the folder."""
         self._count += 1
         return self.folder / f"{self._count}-{name}"
-
-
-def plain(array: np.ndarray) -> np.ndarray:
-    """``array`` as a plain ``ndarray`` view (numba and torch take memory maps this way)."""
-    return array.view(np.ndarray) if isinstance(array, np.memmap) else array

@@ -82,6 +82,10 @@ class ChunkedSource:
             raise ValueError(f"{where}: the graph has no edge type to partition")
 
     @property
+    def edge_types(self) -> Tuple[EdgeType, ...]:
+        return tuple(self.edge_names)
+
+    @property
     def total_nodes(self) -> int:
         return sum(self.num_nodes.values())
 

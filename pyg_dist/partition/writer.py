@@ -1,38 +1,44 @@
-"""One partition's files from streamed pieces: halo, statistics, META and writing.
+"""The pipeline's one writer: a partition's halo, statistics and files, and META.
 
-Shared by the out-of-core partitioner (one process holds every partition's pieces)
-and the multi-machine one (each rank holds the pieces of the partitions it writes):
-both hand over a partition's CSC, data rows and id maps as arrays (memory maps
-mostly) and get exactly the files :class:`~pyg_dist.partition.Partitioner` writes.
+Every mode hands over a partition's CSC, data rows and id maps as
+:class:`PartPieces` (tensors in memory, memory maps out of core, what a rank received
+on several machines) and gets the same files, byte for byte, for the same pieces.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from pyg_dist.format import io
-from pyg_dist.partition.kernels import outside_nodes, sorted_unique
 from pyg_dist.format.digest import ALGORITHM
 from pyg_dist.format.meta import PartitionMeta, PartStats
-from pyg_dist.partition.outofcore.rows import owned_range
-from pyg_dist.partition.outofcore.scratch import plain
-from pyg_dist.partition.outofcore.source import ChunkedSource
+from pyg_dist.partition.common import GraphSchema, Offsets, plain
+from pyg_dist.partition.kernels import outside_nodes, sorted_unique
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
-Offsets = Dict[NodeType, Tuple[int, ...]]
+Array = Union[np.ndarray, torch.Tensor]
 
 
-def _tensor(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(plain(array))
+def _tensor(array: Array) -> torch.Tensor:
+    return array if isinstance(array, torch.Tensor) else torch.from_numpy(plain(array))
+
+
+def _numpy(array: Array) -> np.ndarray:
+    return array.numpy() if isinstance(array, torch.Tensor) else plain(array)
+
+
+def owned_range(offsets: Sequence[int], part: int) -> Tuple[int, int]:
+    """The new ids ``[lo, hi)`` partition ``part`` owns."""
+    return int(offsets[part]), int(offsets[part + 1])
 
 
 @dataclass
 class PartPieces:
-    """What one partition is made of, all in new ids (arrays or memory maps).
+    """What one partition is made of, all in new ids (tensors, arrays or memory maps).
 
     Args:
         csc: per edge type, ``(indptr, indices)`` of the partition's in-edges.
@@ -41,9 +47,9 @@ class PartPieces:
         node_ids: per node type, original ids of the nodes it owns.
         edge_ids: per edge type, original ids of its edges.
     """
-    csc: Dict[EdgeType, Tuple[np.ndarray, np.ndarray]]
-    node_rows: Dict[NodeType, Dict[str, np.ndarray]]
-    edge_rows: Dict[EdgeType, Dict[str, np.ndarray]]
+    csc: Dict[EdgeType, Tuple[Array, Array]]
+    node_rows: Dict[NodeType, Dict[str, Array]]
+    edge_rows: Dict[EdgeType, Dict[str, Array]]
     node_ids: Dict[NodeType, np.ndarray]
     edge_ids: Dict[EdgeType, np.ndarray]
 
@@ -89,21 +95,21 @@ class PartHalo:
     cut: Dict[EdgeType, int]
 
 
-def part_halo(source: ChunkedSource, part: int, pieces: PartPieces, node_offsets: Offsets,
+def part_halo(source: GraphSchema, part: int, pieces: PartPieces, node_offsets: Offsets,
               block: Optional[int] = None) -> PartHalo:
     """The halo of one partition: the sources of its in-edges owned elsewhere."""
     found: Dict[NodeType, list] = {}
     edges, cut = {}, {}
     for et, (_, indices) in pieces.csc.items():
         lo, hi = owned_range(node_offsets[et[0]], part)
-        outside, n_cut = outside_sorted(indices, lo, hi, source.num_nodes[et[0]], block)
+        outside, n_cut = outside_sorted(_numpy(indices), lo, hi, source.num_nodes[et[0]], block)
         edges[et], cut[et] = int(indices.shape[0]), int(n_cut)
         found.setdefault(et[0], []).append(outside)
     halo = {t: sorted_unique(np.concatenate(v)).astype(np.int64) for t, v in found.items()}
     return PartHalo(halo, edges, cut)
 
 
-def write_source_part(tmp: Path, part: int, source: ChunkedSource, pieces: PartPieces,
+def write_part(tmp: Path, part: int, source: GraphSchema, pieces: PartPieces,
                       node_offsets: Offsets, halo: PartHalo,
                       halo_rows: Dict[NodeType, Dict[str, np.ndarray]], uid: str) -> PartStats:
     """Writes ``tmp/part_<part>/`` (format v2) and returns its statistics.
@@ -122,10 +128,10 @@ def write_source_part(tmp: Path, part: int, source: ChunkedSource, pieces: PartP
     for t in source.num_nodes:
         lo, _ = owned_range(node_offsets[t], part)
         splits[t] = {n[:-len("_mask")]: torch.from_numpy(
-            np.flatnonzero(pieces.node_rows[t][n]).astype(np.int64) + lo)
+            np.flatnonzero(_numpy(pieces.node_rows[t][n])).astype(np.int64) + lo)
             for n in source.mask_names(t)}
     halo_t = {t: torch.from_numpy(ids) for t, ids in halo.halo.items()}
-    halo_attrs = {t: {k: torch.from_numpy(np.ascontiguousarray(v))
+    halo_attrs = {t: {k: _tensor(np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v)
                       for k, v in halo_rows.get(t, {}).items()} for t in halo.halo}
     io.write_part(tmp, part, {"csc": csc, "halo": halo_t, "halo_attrs": halo_attrs, "uid": uid},
                   node_feats, edge_feats, splits,
@@ -140,23 +146,23 @@ def write_source_part(tmp: Path, part: int, source: ChunkedSource, pieces: PartP
         train_nodes=sum(int(s["train"].numel()) for s in splits.values() if "train" in s))
 
 
-def source_meta(source: ChunkedSource, num_parts: int, node_offsets: Offsets,
-                edge_offsets: Dict[EdgeType, Tuple[int, ...]], method: str,
-                seed: int) -> PartitionMeta:
+def graph_meta(source: GraphSchema, num_parts: int, node_offsets: Offsets,
+               edge_offsets: Dict[EdgeType, Tuple[int, ...]], method: str,
+               seed: int) -> PartitionMeta:
     """The META of a partitioning, without per-partition statistics and uid."""
     splits = sorted({n[:-len("_mask")] for t in source.num_nodes for n in source.mask_names(t)})
     return PartitionMeta(
         num_parts=num_parts, is_hetero=source.is_hetero,
-        node_types=tuple(source.num_nodes), edge_types=tuple(source.edge_names),
+        node_types=tuple(source.num_nodes), edge_types=tuple(source.edge_types),
         num_nodes=dict(source.num_nodes),
-        num_edges={et: source.num_edges(et) for et in source.edge_names},
+        num_edges={et: source.num_edges(et) for et in source.edge_types},
         node_offsets=dict(node_offsets), edge_offsets=dict(edge_offsets),
         node_attrs={t: dict(s) for t, s in source.node_specs.items()},
         edge_attrs={et: dict(s) for et, s in source.edge_specs.items()},
         splits=tuple(splits), method=method, seed=seed, digests=ALGORITHM)
 
 
-def halo_attr_names(source: ChunkedSource, node_type: NodeType,
+def halo_attr_names(source: GraphSchema, node_type: NodeType,
                     halo_attrs: Sequence[str]) -> Tuple[str, ...]:
     """The node attributes of ``node_type`` stored for its halo nodes too."""
     return tuple(k for k in source.node_specs[node_type] if k in halo_attrs)
