@@ -29,7 +29,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -162,6 +162,27 @@ class Trainer:
                         sparse_optimizers=[self.sparse], loaders=self.loaders,
                         extra={"epoch": epoch})
 
+    def fit(self, validate: Optional[Callable[[], float]], metric: str
+            ) -> Tuple[Optional[float], dict]:
+        """Trains the epochs left (from where a checkpoint left off), validating after
+        each; returns the last validation score and the training figures."""
+        val = loss = acc = None
+        seconds: List[float] = []
+        batches = 0
+        for epoch in range(self.loaders[0].epoch + 1, self.args.epochs + 1):
+            start = time.perf_counter()
+            loss, acc, batches = self.train_epoch(epoch)
+            seconds.append(time.perf_counter() - start)
+            val = validate() if validate is not None else None
+            log(self.ctx, f"epoch {epoch:3d} | loss {loss:.4f} | train acc {acc:.4f} | "
+                          f"{metric} {val if val is not None else float('nan'):.4f} | "
+                          f"{seconds[-1]:.2f}s ({batches / max(seconds[-1], 1e-9):.1f} "
+                          f"batches/s)")
+        steady = seconds[1:] or seconds  # the first epoch warms up
+        return val, {"train_loss": loss, "train_acc": acc,
+                     "epoch_s": sum(steady) / len(steady) if steady else None,
+                     "batches_per_epoch": batches, "resumed_from": self.resumed_from}
+
     def train_epoch(self, epoch: int) -> Tuple[float, float, int]:
         """One pass over the training loader: (mean loss, accuracy) over every rank, and
         the batches trained."""
@@ -211,9 +232,9 @@ def evaluate(model: torch.nn.Module, emb: DistEmbedding, loader: DistNeighborLoa
 
 
 # ---- the job ------------------------------------------------------------------------
-def main() -> None:
-    args = parse_args()
-    started = time.perf_counter()
+def setup(args: argparse.Namespace) -> Tuple[DistContext, torch.device]:
+    """This process's place in the job (from torchrun's environment), its device, and
+    the process group (gloo on CPU, NCCL on GPUs) when there are peers."""
     torch.manual_seed(args.seed)
     ctx = DistContext.from_env(rpc_timeout=args.rpc_timeout)
     device = torch.device("cpu")
@@ -224,6 +245,26 @@ def main() -> None:
         torch.cuda.set_device(device)
     if ctx.is_distributed:  # collectives time out after --rpc-timeout, naming a lost rank
         init_process_group("nccl" if device.type == "cuda" else "gloo", ctx)
+    return ctx, device
+
+
+def finish(ctx: DistContext, loaders: List[Any], results: dict) -> None:
+    """Closes the loaders, leaves RPC and the process group, and prints the results as
+    ONE JSON line (rank 0; NaN becomes null)."""
+    for loader in loaders:
+        loader.close()
+    shutdown_rpc()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if ctx.rank == 0:
+        print(json.dumps({k: (None if v != v else round(v, 4)) if isinstance(v, float) else v
+                          for k, v in results.items()}), flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    ctx, device = setup(args)
 
     # data: this rank's partition
     meta = json.loads((Path(args.partition_dir) / "META.json").read_text())
@@ -261,40 +302,19 @@ def main() -> None:
     trainer = Trainer(args, ctx, ddp, emb, optimizer, sparse, loaders)
     if args.checkpoint_dir:
         trainer.resume()
-    val_acc = test_acc = None
-    loss = acc = None
-    seconds: List[float] = []
-    batches = 0
-    for epoch in range(loaders[0].epoch + 1, args.epochs + 1):
-        start = time.perf_counter()
-        loss, acc, batches = trainer.train_epoch(epoch)
-        seconds.append(time.perf_counter() - start)
-        if not args.skip_eval:
-            val_acc = evaluate(model, emb, loaders[1], device)
-        log(ctx, f"epoch {epoch:3d} | loss {loss:.4f} | train acc {acc:.4f} | val acc "
-                 f"{val_acc if val_acc is not None else float('nan'):.4f} | "
-                 f"{seconds[-1]:.2f}s ({batches / max(seconds[-1], 1e-9):.1f} batches/s)")
-    if not args.skip_eval:
-        test_acc = evaluate(model, emb, loaders[2], device)
+    val_acc, figures = trainer.fit(
+        None if args.skip_eval else lambda: evaluate(model, emb, loaders[1], device), "val acc")
+    test_acc = None if args.skip_eval else evaluate(model, emb, loaders[2], device)
+    if test_acc is not None:
         log(ctx, f"test acc {test_acc:.4f}")
-    results = {"test_acc": test_acc, "val_acc": val_acc, "train_loss": loss, "train_acc": acc}
+    results = {"test_acc": test_acc, "val_acc": val_acc, **figures, "epochs": args.epochs,
+               "world_size": ctx.world_size, "num_parts": meta["num_parts"]}
     if args.checkpoint:
         save_checkpoint(args.checkpoint, embeddings=[emb], optimizers=[sparse])
         log(ctx, f"saved the embedding and SparseAdam state to {args.checkpoint}")
 
-    for loader in loaders:
-        loader.close()
-    shutdown_rpc()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    steady = seconds[1:] or seconds  # the first epoch warms up
-    results.update({
-        "epoch_s": sum(steady) / len(steady) if steady else None, "batches_per_epoch": batches,
-        "epochs": args.epochs, "world_size": ctx.world_size, "num_parts": meta["num_parts"],
-        "resumed_from": trainer.resumed_from, "total_s": time.perf_counter() - started})
-    if ctx.rank == 0:
-        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                          for k, v in results.items()}), flush=True)
+    results["total_s"] = time.perf_counter() - started
+    finish(ctx, loaders, results)
 
 
 if __name__ == "__main__":  # sampler workers are spawned and re-import this file
