@@ -278,7 +278,6 @@ def main() -> None:
     y = data[0].get_tensor(node_type, "y")
     classes = int(all_reduce([float(y.max()) if y.numel() else -1.0], device,
                              dist.ReduceOp.MAX)[0]) + 1
-    loaders = make_loaders(args, ctx, data, device)
 
     # model: an embedding row per node (sharded like the graph) feeding GraphSAGE
     num_nodes = data[1].meta.num_nodes[node_type]
@@ -294,6 +293,7 @@ def main() -> None:
                                   else None) if ctx.is_distributed else model
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     sparse = SparseAdam([emb], lr=args.sparse_lr)
+    loaders = make_loaders(args, ctx, data, device)  # after the model: same init
     log(ctx, f"world_size={ctx.world_size} partitions={meta['num_parts']} "
              f"embedding={num_nodes}x{args.embedding_dim} classes={classes} "
              f"train batches/epoch={len(loaders[0])}")

@@ -309,7 +309,6 @@ def main() -> None:
     y = data[0].get_tensor(args.target, "y")
     classes = int(all_reduce([float(y.max()) if y.numel() else -1.0], device,
                              dist.ReduceOp.MAX)[0]) + 1
-    loaders = make_loaders(args, ctx, data, device)
 
     # model
     in_channels = {t: data[0].get_tensor_size(t, "x")[1] for t in graph_meta.node_types}
@@ -318,6 +317,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                   else None) if ctx.is_distributed else model
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    loaders = make_loaders(args, ctx, data, device)  # after the model: same init
     log(ctx, f"world_size={ctx.world_size} partitions={meta['num_parts']} node types="
              f"{list(graph_meta.node_types)} classes={classes} train batches/epoch="
              f"{len(loaders[0])}")

@@ -315,7 +315,6 @@ def main() -> None:
     pid = ctx.partition_id(meta["num_parts"])
     data = (LocalFeatureStore.from_partition(args.partition_dir, pid),
             LocalGraphStore.from_partition(args.partition_dir, pid))
-    loaders = make_loaders(args, ctx, data, device)
 
     # model
     node_type = data[1].meta.node_types[0]
@@ -324,6 +323,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                   else None) if ctx.is_distributed else model
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+    loaders = make_loaders(args, ctx, data, device)  # after the model: same init
     log(ctx, f"world_size={ctx.world_size} partitions={meta['num_parts']} train "
              f"batches/epoch={len(loaders['train'])} device={device}")
 

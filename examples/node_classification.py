@@ -321,7 +321,6 @@ def main() -> None:
     y = data[0].get_tensor(node_type, "y")
     classes = int(all_reduce([float(y.max()) if y.numel() else -1.0], device,
                              dist.ReduceOp.MAX)[0]) + 1
-    loaders = make_loaders(args, ctx, data, device)
 
     # model
     model = GraphSAGE(data[0].get_tensor_size(node_type, "x")[1], args.hidden,
@@ -330,6 +329,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
                                   else None) if ctx.is_distributed else model
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    loaders = make_loaders(args, ctx, data, device)  # after the model: same init
     log(ctx, f"world_size={ctx.world_size} partitions={meta['num_parts']} classes={classes} "
              f"train batches/epoch={len(loaders[0])} device={device}")
 
