@@ -1,8 +1,9 @@
 """Time lost to a killed rank: ``torchrun --max-restarts=1``, 2 ranks, a synthetic graph,
 ``examples/node_classification.py`` (or the embedding example: a checkpoint holding a
 ``DistEmbedding`` row and ``SparseAdam`` state per node) with ``--checkpoint-dir``; rank 1
-SIGKILLs itself in the middle of its one epoch (the examples' test hook
-``PYG_DIST_TEST_KILL_AT``).
+SIGKILLs itself in the middle of its one epoch (``--kill-at`` of
+:mod:`pyg_dist.testing.instrument`, which runs the unmodified example and reports the
+checkpoint figures).
 
 Reports, as ONE JSON line: checkpoint size, save and load time (and bandwidth), the time
 from the kill to the first batch trained after the restart (restart + process start +
@@ -27,6 +28,7 @@ from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = {"node": "node_classification.py", "embedding": "embedding_node_classification.py"}
+INSTRUMENT = REPO / "pyg_dist" / "testing" / "instrument.py"
 
 
 def partition(args: argparse.Namespace, out: Path) -> None:
@@ -44,6 +46,7 @@ def run_job(args: argparse.Namespace, parts: Path,
     port = 29000 + os.getpid() % 2000
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
            "--max-restarts=1", "--master-addr=127.0.0.1", f"--master-port={port}",
+           str(INSTRUMENT), "--kill-at", f"1:{args.kill_at}", "--seed-log", str(work), "--",
            str(REPO / "examples" / EXAMPLES[args.example]), "--partition-dir", str(parts),
            "--epochs", "1", "--batch-size", str(args.batch_size), "--num-neighbors", "10,5",
            "--hidden", str(args.hidden), "--skip-eval", "--log-every", "0",
@@ -51,8 +54,7 @@ def run_job(args: argparse.Namespace, parts: Path,
            str(args.checkpoint_every), "--num-workers", str(args.num_workers)]
     if args.example == "embedding":  # a DistEmbedding row per node, SparseAdam state
         cmd += ["--embedding-dim", str(args.embedding_dim)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYG_DIST_TEST_KILL_AT": f"1:{args.kill_at}",
-           "PYG_DIST_TEST_SEED_LOG": str(work), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: List[Tuple[float, str]] = []
@@ -88,6 +90,8 @@ def measure(args: argparse.Namespace, work: Path) -> Dict:
         sys.stderr.write(output[-8000:])
         raise SystemExit(f"recovery.py: the job failed (exit code {code})")
     result = json.loads([ln for _, ln in lines if ln.startswith("{")][-1])
+    from pyg_dist.testing.instrument import read_reports
+    result.update(read_reports(output).get(0, {}))  # checkpoint figures of rank 0
     logs = seed_log(work)
     killed_at = max(e["t"] for e in logs[1] if e["inc"] == 0)
     lost = max(e["step"] for e in logs[1] if e["inc"] == 0)

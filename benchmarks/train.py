@@ -4,8 +4,10 @@ A synthetic community graph (default 500,000 nodes, average degree 10, 100 float
 features, 10 classes, 10% of the nodes in the train split) is partitioned (METIS)
 into 1 and 2 parts, cached under ``--cache-dir``. Then, for every partition count
 and every ``--num-workers`` value, ``examples/node_classification.py`` trains under
-``torchrun`` (one trainer per partition, ``--skip-eval``) for ``--epochs`` epochs
-and its JSON line is collected. Figures are steady-state (epochs after the first):
+``torchrun`` (one trainer per partition, ``--skip-eval``) for ``--epochs`` epochs, run
+through :mod:`pyg_dist.testing.instrument` (which times the loader from outside the
+unmodified example); its JSON line and the wrapper's figures are collected. Figures are
+steady-state (epochs after the first):
 
 - ``epoch_s``: seconds per epoch (every rank runs the same number of batches);
 - ``batches_per_s``: batches per second per trainer;
@@ -34,6 +36,7 @@ from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "node_classification.py"
+INSTRUMENT = REPO / "pyg_dist" / "testing" / "instrument.py"
 
 
 def partitions(args: argparse.Namespace, num_parts: int) -> Path:
@@ -56,12 +59,14 @@ def partitions(args: argparse.Namespace, num_parts: int) -> Path:
 
 
 def train(args: argparse.Namespace, root: Path, num_parts: int, num_workers: int) -> Dict:
-    """One torchrun job; returns its JSON line."""
+    """One torchrun job; returns its JSON line, with ``loader_wait_frac`` (mean over
+    ranks) from the instrument wrapper."""
     from pyg_dist.testing import free_port
+    from pyg_dist.testing.instrument import read_reports
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
            f"--nproc-per-node={num_parts}", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", "--max-restarts=0", str(EXAMPLE),
+           f"--master-port={free_port()}", "--max-restarts=0", str(INSTRUMENT), "--", str(EXAMPLE),
            "--partition-dir", str(root), "--epochs", str(args.epochs),
            "--batch-size", str(args.batch_size), "--num-neighbors", args.fanout,
            "--hidden", str(args.hidden), "--num-workers", str(num_workers), "--skip-eval",
@@ -73,7 +78,10 @@ def train(args: argparse.Namespace, root: Path, num_parts: int, num_workers: int
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"training failed (exit code {proc.returncode}): {' '.join(cmd)}\n"
                          f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1])
+    result = json.loads(lines[-1])
+    waits = [r["loader_wait_frac"] for r in read_reports(proc.stdout).values()]
+    result["loader_wait_frac"] = round(sum(waits) / len(waits), 4) if waits else None
+    return result
 
 
 def main() -> None:
@@ -101,6 +109,7 @@ def main() -> None:
         root = partitions(args, num_parts)
         for num_workers in (int(v) for v in args.num_workers.split(",")):
             r = train(args, root, num_parts, num_workers)
+            r["batches_per_s"] = round(r["batches_per_epoch"] / r["epoch_s"], 3)
             seeds = r["batches_per_s"] * args.batch_size * r["world_size"]
             row = {"num_parts": num_parts, "world_size": r["world_size"],
                    "num_workers": num_workers, "epoch_s": r["epoch_s"],

@@ -9,6 +9,7 @@ from pyg_dist.inference import infer
 from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
 from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook
 from pyg_dist.partition import Partitioner
+from pyg_dist.partition.progress import track
 from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
                           init_process_group, shutdown_rpc)
 from pyg_dist.sampler import DistNeighborSampler, init_rpc
@@ -24,5 +25,5 @@ __all__ = [
     "DistNeighborSampler", "DistNeighborLoader", "DistLinkNeighborLoader",
     "node_split", "edge_split",
     "DistTensor", "DistEmbedding", "SparseAdagrad", "SparseAdam",
-    "infer",
+    "infer", "track",
 ]

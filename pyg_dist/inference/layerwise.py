@@ -110,7 +110,8 @@ def _run_layer(spec: LayerwiseSpec, i: int, h: DistTensor, out: DistTensor, csc,
     start, stop = rows.own_range(out)
     pieces = list(ranges(start, stop, batch_size))
     try:
-        for lo, hi in track(pieces, f"layer {i + 1}/{len(spec.layers)}", enabled=show):
+        for lo, hi in track(pieces, f"layer {i + 1}/{len(spec.layers)}", enabled=show,
+                            unit="batches", count=("nodes", lambda piece: piece[1] - piece[0])):
             hop = one_hop(csc, lo, hi)
             y = _layer_batch(spec, i, h, hop, degrees, device)
             if tuple(y.shape) != (hi - lo, out.shape[1]):

@@ -85,7 +85,8 @@ def _run(model: torch.nn.Module, loader: DistNeighborLoader, own: Tuple[int, int
     (start, stop), book = own, graph.node_book()
     part = (book.start(graph.part), book.start(graph.part) + book.size(graph.part))
     show = sys.stderr.isatty() if progress is None else progress
-    batches = iter(track(loader, "sampled inference", enabled=show))
+    batches = iter(track(loader, "sampled inference", enabled=show, unit="batches",
+                         count=("seeds", _num_seeds)))
     first = next(batches, None)
     y = _seed_rows(model, first) if first is not None else None
     dims = Comm.current().all_gather_object(None if y is None else int(y.shape[1]))
@@ -113,3 +114,8 @@ def _run(model: torch.nn.Module, loader: DistNeighborLoader, own: Tuple[int, int
 def _seed_rows(model: torch.nn.Module, batch) -> Tensor:
     y = model(batch.x, batch.edge_index)[:batch.batch_size]
     return y.to("cpu", torch.float32)
+
+
+def _num_seeds(batch) -> int:
+    """Seeds of a batch, for the progress line's seeds/s."""
+    return int(batch.batch_size)

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from pyg_dist import Partitioner
-from pyg_dist.testing import free_port
+from pyg_dist.testing import free_port, instrument
 from pyg_dist.testing.netns import EmulatedCluster, remove_leftovers, unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node_classification.py"
+INSTRUMENT = Path(instrument.__file__)  # reports the partitions read directly from files
 REASON = unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"emulated cluster: {REASON}")
 ARGS = ["--epochs", "2", "--batch-size", "64", "--seed", "3", "--log-every", "0"]
@@ -39,7 +40,7 @@ def _torchrun(nnodes: int, node_rank: int, nproc: int, master: str, port: int,
               root: Path) -> list:
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
             f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", f"--master-addr={master}",
-            f"--master-port={port}", "--max-restarts=0", str(EXAMPLE),
+            f"--master-port={port}", "--max-restarts=0", str(INSTRUMENT), "--", str(EXAMPLE),
             "--partition-dir", str(root), *ARGS]
 
 
@@ -80,7 +81,8 @@ def test_two_namespaces_train_like_loopback(parts: Path) -> None:
                                        for m in (0, 1)])
     ours, ref = _result(outs[0]), _result(loop.stdout)
     assert ours["world_size"] == ref["world_size"] == 2
-    assert ref["direct_parts"] == [1] and ours["direct_parts"] == []  # loopback vs 2 machines
+    direct = [instrument.read_reports(out)[0]["direct_parts"] for out in (loop.stdout, outs[0])]
+    assert direct == [[1], []]  # loopback reads the other partition's files; 2 machines not
     for key in ("train_loss", "train_acc", "val_acc", "test_acc", "batches_per_epoch"):
         assert ours[key] == ref[key], (key, ours, ref)
     assert not [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True,

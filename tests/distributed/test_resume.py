@@ -1,10 +1,11 @@
 """A killed rank costs only the restart: ``torchrun --max-restarts=1``, 2 ranks on Cora,
 ``examples/node_classification.py`` with ``--checkpoint-dir``; rank 1 SIGKILLs itself in
-the middle of epoch 3 of 5 in the first incarnation (``PYG_DIST_TEST_KILL_AT``).
+the middle of epoch 3 of 5 in the first incarnation (``--kill-at`` of
+:mod:`pyg_dist.testing.instrument`, which runs the unmodified example).
 
 The job must exit 0, resume exactly from its last checkpoint, and train on the same seeds
 as a fault-free run with the same seed, batch for batch: every rank logs each trained
-batch's seeds (``PYG_DIST_TEST_SEED_LOG``); the batches the first incarnation trained after
+batch's seeds (``--seed-log``); the batches the first incarnation trained after
 its last checkpoint are redone by the second (the model they updated was lost), so the
 seeds trained on are the first incarnation's up to the checkpoint's step plus all of the
 second's. Each seed is trained on exactly once per epoch, and the final test accuracy is
@@ -25,8 +26,10 @@ import torch
 
 from pyg_dist import DistEmbedding, Partitioner, shutdown_rpc
 from pyg_dist.embedding import load_checkpoint
-from pyg_dist.testing import free_port
+from pyg_dist.testing import free_port, instrument
 from test_training import EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, start, wait
+
+INSTRUMENT = Path(instrument.__file__)
 
 # 70 training seeds per rank, 5 batches per epoch; a checkpoint every 4 batches (steps 4,
 # 8, 12, ...); the kill comes after epoch 3's third batch (step 13), one past step 12.
@@ -42,20 +45,20 @@ def cora2_resume(cora, tmp_path_factory) -> Path:
     return root
 
 
-def run_restartable(parts: Path, out: Path, num_workers: int, fault: Dict[str, str],
+def run_restartable(parts: Path, out: Path, num_workers: int, fault: Sequence[str],
                     timeout: float = 150, script: Path = EXAMPLE,
                     extra: Sequence[str] = ("--normalize-features",)) -> Job:
-    """The example under torchrun with one restart allowed; seeds logged into ``out``;
-    ``fault``: the test hooks' environment variables."""
+    """The example under torchrun with one restart allowed, through the instrument
+    wrapper: seeds logged into ``out``; ``fault``: the wrapper's fault options."""
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
            "--max-restarts=1", "--rdzv-backend=static", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(script), "--partition-dir", str(parts),
+           f"--master-port={free_port()}", str(INSTRUMENT), "--seed-log", str(out), *fault,
+           "--", str(script), "--partition-dir", str(parts),
            "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS,
            *extra]
-    env = {"PYG_DIST_TEST_SEED_LOG": str(out), **fault}
     marker = uuid.uuid4().hex
-    job = wait(start(cmd, marker, env), cmd, timeout, time.monotonic())
+    job = wait(start(cmd, marker), cmd, timeout, time.monotonic())
     assert_no_leftovers(marker, job)
     assert job.returncode == 0, job.describe()
     return job
@@ -85,7 +88,7 @@ def clean(cora2_resume, tmp_path_factory):
     """The fault-free run (in-process sampling): the reference of every faulty run (batches
     are seeded per (seed, epoch, batch, rank), so sampler workers sample the same)."""
     out = tmp_path_factory.mktemp("resume_clean") / "run"
-    job = run_restartable(cora2_resume, out, 0, {})
+    job = run_restartable(cora2_resume, out, 0, [])
     assert job.result()["resumed_from"] is None and "checkpoint: resumed" not in job.output
     seeds = trained_seeds(out, None)
     assert sorted(seeds[0]) == list(range(1, 6))
@@ -107,7 +110,7 @@ def check_resumed(faulty: Job, out: Path, clean, resumed_from: int) -> None:
 def test_killed_rank_resumes_exactly_from_its_checkpoint(clean, cora2_resume, tmp_path,
                                                          num_workers):
     out = tmp_path / "faulty"
-    faulty = run_restartable(cora2_resume, out, num_workers, {"PYG_DIST_TEST_KILL_AT": KILL_AT})
+    faulty = run_restartable(cora2_resume, out, num_workers, ["--kill-at", KILL_AT])
     assert "test hook: SIGKILL at epoch 3 batch 3 (step 13)" in faulty.output, faulty.describe()
     assert "resumed exactly at epoch 3 batch 2 step 12" in faulty.output, faulty.describe()
     assert max_step(out, 1, inc=0) == 13  # one batch was trained, lost and redone
@@ -117,7 +120,7 @@ def test_killed_rank_resumes_exactly_from_its_checkpoint(clean, cora2_resume, tm
 @pytest.mark.timeout(200)
 def test_kill_while_saving_resumes_from_the_previous_checkpoint(clean, cora2_resume, tmp_path):
     out = tmp_path / "faulty"
-    faulty = run_restartable(cora2_resume, out, 0, {"PYG_DIST_TEST_KILL_IN_SAVE": "12"})
+    faulty = run_restartable(cora2_resume, out, 0, ["--kill-in-save", "12"])
     assert "test hook: SIGKILL while saving the checkpoint of step 12" in faulty.output, \
         faulty.describe()
     assert "resumed exactly at epoch 2 batch 3 step 8" in faulty.output, faulty.describe()
@@ -134,7 +137,7 @@ def test_embedding_example_resumes_rows_and_sparse_adam(cora2_resume, tmp_path):
     args = ["--num-neighbors", "5,5", "--eval-neighbors", "5,5", "--embedding-dim", "16",
             "--hidden", "16"]
     runs = {}
-    for name, fault in (("clean", {}), ("faulty", {"PYG_DIST_TEST_KILL_AT": KILL_AT})):
+    for name, fault in (("clean", []), ("faulty", ["--kill-at", KILL_AT])):
         out = tmp_path / name
         runs[name] = run_restartable(cora2_resume, out, 0, fault, script=EMBEDDING_EXAMPLE,
                                      extra=[*args, "--checkpoint", str(out / "final")])
@@ -165,7 +168,7 @@ def test_link_prediction_example_resumes_exactly(cora2_resume, tmp_path):
     link = EXAMPLE.parent / "link_prediction.py"
     extra = ["--batch-size", "512", "--epochs", "3"]  # ARGS' values are overridden
     runs = {}
-    for name, fault in (("clean", {}), ("faulty", {"PYG_DIST_TEST_KILL_AT": "2:3"})):
+    for name, fault in (("clean", []), ("faulty", ["--kill-at", "2:3"])):
         runs[name] = run_restartable(cora2_resume, tmp_path / name, 0, fault, script=link,
                                      extra=extra)
     faulty = runs["faulty"]

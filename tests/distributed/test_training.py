@@ -226,7 +226,7 @@ def test_two_trainers_match_one_on_cora(cora_parts):
     assert one.returncode == 0, one.describe()
     r2, r1 = two.result(), one.result()
     assert (r2["world_size"], r2["num_parts"], r1["world_size"], r1["num_parts"]) == (2, 2, 1, 1)
-    for key in ("test_acc", "val_acc", "epoch_s", "train_loss", "batches_per_s"):
+    for key in ("test_acc", "val_acc", "epoch_s", "train_loss", "batches_per_epoch"):
         assert key in r2 and key in r1, key
     assert r2["test_acc"] >= 0.75, two.describe()
     assert abs(r2["test_acc"] - r1["test_acc"]) <= 0.03, (r2, r1)
@@ -272,8 +272,11 @@ def test_two_machine_job_with_two_torchrun_commands(cora_parts):
     assert result["world_size"] == 2 and result["num_parts"] == 2 and result["epochs"] == 1
     assert 0.0 <= result["test_acc"] <= 1.0
     assert not [l for l in jobs[1].output.splitlines() if l.startswith("{")], "rank 1 is silent"
-    # progress within the epoch, as plain lines (not a terminal), from rank 0 only
-    assert re.search(r"^epoch 1 train: 1/\d+$", jobs[0].output, re.M), jobs[0].describe()
+    # progress within the epoch, as plain lines (not a terminal) with rates and the time
+    # left, from rank 0 only
+    progress = r"^epoch 1 train: 1/\d+ \(\d+%\) \| [\d.]+k? batches/s, [\d.]+k? seeds/s \| ETA \d+"
+    assert re.search(progress, jobs[0].output, re.M), jobs[0].describe()
+    assert re.search(r"^epoch 1 train: (\d+)/\1 done in [\d.]+s \| ", jobs[0].output, re.M)
     assert "epoch 1 train" not in jobs[1].output
     assert_no_leftovers(marker, jobs[0])
 
