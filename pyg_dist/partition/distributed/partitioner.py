@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import time
 import uuid
@@ -58,6 +57,7 @@ from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import open_source
 from pyg_dist.partition.progress import step
 from pyg_dist.partition.writer import PartPieces, graph_meta, part_halo, write_part
+from pyg_dist.testing.hooks import kill_if_requested, partition_unshared
 from pyg_dist.typing import EdgeType, NodeType
 
 #: bytes held per edge while a destination range is put in CSC order: its records, the
@@ -66,13 +66,6 @@ BYTES_PER_SORTED_EDGE = 96
 #: bytes held per edge in one exchange round (the block read, its lookups, the
 #: records sent and received, and their sorting)
 BYTES_PER_ROUND_EDGE = 256
-
-
-def _test_kill(phase: str, rank: int) -> None:
-    """Test hook: ``PYG_DIST_TEST_PARTITION_KILL=<phase>:<rank>`` kills that rank (SIGKILL)
-    when it reaches ``phase``; nothing happens without the variable."""
-    if os.environ.get("PYG_DIST_TEST_PARTITION_KILL") == f"{phase}:{rank}":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class DistPartitioner(RowExchange):
@@ -196,20 +189,20 @@ class DistPartitioner(RowExchange):
         with self._step("assigning nodes to partitions"):
             parts = self._assign(scratch)
         laps.lap("assign")
-        _test_kill("assign", comm.rank)
+        kill_if_requested("assign", comm.rank)
         numbers, node_offsets = self._relabel(parts)
         del parts
         laps.lap("relabel")
         with self._step("ordering edges"):
             csc, edge_ids, edge_offsets = self._order_edges(numbers, node_offsets, scratch)
         laps.lap("order_edges")
-        _test_kill("order_edges", comm.rank)
+        kill_if_requested("order_edges", comm.rank)
         with self._step("copying node and edge data"):
             node_rows, node_ids = self._node_rows(numbers, node_offsets, scratch)
             del numbers
             edge_rows = self._edge_rows(edge_ids, edge_offsets, scratch)
         laps.lap("copy_rows")
-        _test_kill("copy_rows", comm.rank)
+        kill_if_requested("copy_rows", comm.rank)
         pieces = {p: PartPieces(
             csc={et: v[p] for et, v in csc.items()},
             node_rows={t: {k: a[p] for k, a in v.items()} for t, v in node_rows.items()},
@@ -402,7 +395,7 @@ class DistPartitioner(RowExchange):
         marker.touch()
         folders = comm.allgather(str(tmp), "finishing the output")
         seen = [r for r, f in enumerate(folders) if (Path(f) / f".rank-{r}-{token}").exists()]
-        if os.environ.get("PYG_DIST_TEST_PARTITION_UNSHARED") == "1":  # test hook: as if
+        if partition_unshared():  # test hook: as if
             seen = [comm.rank]  # every rank ran on a machine of its own
         leaders = comm.allgather(min(seen), "finishing the output")
         error: Optional[BaseException] = None
@@ -418,7 +411,7 @@ class DistPartitioner(RowExchange):
         except OSError as exc:
             error = exc
         comm.check("gathering the partitions", error)
-        _test_kill("rename", comm.rank)
+        kill_if_requested("rename", comm.rank)
         if leaders[comm.rank] == comm.rank:
             io._swap_in(tmp, self.root)
         comm.check("renaming the output folder", None)
