@@ -24,7 +24,8 @@ from pyg_dist.testing.netns import EmulatedCluster, remove_leftovers, unavailabl
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node_classification.py"
 REASON = unavailable()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"emulated cluster: {REASON}")
+pytestmark = [pytest.mark.multiprocess,
+              pytest.mark.skipif(REASON is not None, reason=f"emulated cluster: {REASON}")]
 ARGS = ["--epochs", "2", "--batch-size", "64", "--seed", "3", "--log-every", "0"]
 
 

@@ -28,6 +28,8 @@ from pyg_dist.embedding import load_checkpoint
 from pyg_dist.testing import free_port
 from test_training import EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, start, wait
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 # 70 training seeds per rank, 5 batches per epoch; a checkpoint every 4 batches (steps 4,
 # 8, 12, ...); the kill comes after epoch 3's third batch (step 13), one past step 12.
 ARGS = ["--epochs", "5", "--batch-size", "16", "--num-neighbors", "5,5", "--seed", "3",
