@@ -57,6 +57,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     GUARD.uninstall()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Files with ``multiprocess`` tests first, each file's tests kept together and in order:
+    under ``pytest -n N --dist loadfile`` (scripts/test.sh) the long files then start
+    first and the quick ones fill the gaps, instead of one long file running last."""
+    slow = {item.path for item in items if item.get_closest_marker("multiprocess")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: keeps the order within
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
     GUARD.begin()

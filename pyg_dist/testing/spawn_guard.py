@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import multiprocessing.process
 import sys
+from pathlib import Path
 from typing import Any, Callable, List, Optional, Tuple
 
 AUDIT_EVENTS = ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec",
                 "os.spawn", "os.system")
+# a library's one-off probe for a shared library (``ctypes.util.find_library``), not a
+# process the test runs
+PROBES = {"ldconfig", "gcc", "cc", "ld", "objdump", "uname"}
 
 
 class SpawnGuard:
@@ -82,5 +86,8 @@ def _audit(event: str, args: Tuple[Any, ...]) -> None:
     detail = ""
     if event == "subprocess.Popen" and args:
         argv = args[1] if len(args) > 1 else args[0]
-        detail = f" ({argv if isinstance(argv, str) else ' '.join(map(str, argv or ()))[:120]})"
+        words = argv.split() if isinstance(argv, str) else [str(a) for a in argv or ()]
+        if words and Path(words[0]).name in PROBES:
+            return
+        detail = f" ({' '.join(words)[:120]})"
     guard.record(event + detail)

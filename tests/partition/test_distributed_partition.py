@@ -44,7 +44,7 @@ def _chunks(tmp: Path, name: str, data, chunk_size: int = 61) -> Tuple[Path, Gra
 
 
 @pytest.mark.parametrize("graph", list(GRAPHS))
-@pytest.mark.parametrize("method", ["random", "metis"])
+@pytest.mark.parametrize("method", ["random", pytest.param("metis", marks=pytest.mark.multiprocess)])
 def test_one_rank_writes_what_the_in_memory_partitioner_writes(tmp_path: Path, graph: str,
                                                                method: str) -> None:
     """One rank runs every exchange with itself. Random dealing then equals the in-memory
@@ -282,6 +282,7 @@ def test_cluster_graph_too_large_for_the_budget_is_dealt_by_size(tmp_path: Path)
     assert max(owned) <= 1.03 * 3000 / 2 + 1, owned
 
 
+@pytest.mark.multiprocess
 def test_cluster_graph_over_the_budget_is_never_held_whole(tmp_path: Path, monkeypatch
                                                             ) -> None:
     """Summing the cluster graph stops once a rank holds more entries than METIS may

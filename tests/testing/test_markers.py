@@ -117,6 +117,8 @@ def test_guard_sees_subprocess_and_multiprocessing_starts() -> None:
     guard = SpawnGuard.active()
     assert guard is not None, "tests/conftest.py installs the guard"
     assert guard.current == [], "a marked test still records (nothing started yet)"
+    subprocess.run(["uname"], capture_output=True, check=True)
+    assert guard.current == [], "a shared-library probe (ctypes.util) is no process start"
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     proc = multiprocessing.get_context("spawn").Process(target=print, name="probe")
     proc.start()
