@@ -5,7 +5,7 @@
 #   bash scripts/test.sh -m "not multiprocess"   # the inner loop: one process per test
 #   bash scripts/test.sh tests/loader -n 0       # any pytest arguments (-n 0: no workers)
 #
-# Tests run on PYG_DIST_TEST_WORKERS pytest-xdist workers (default 3), a whole file per
+# Tests run on PYG_DIST_TEST_WORKERS pytest-xdist workers (default 2), a whole file per
 # worker (--dist loadfile: a file's module fixtures are built once); most multi-process
 # tests wait on process start-up and RPC, so workers overlap them even on 2 cores. With
 # no arguments it then runs the tests that touch PyG's API again against the oldest
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-WORKERS="${PYG_DIST_TEST_WORKERS:-3}"
+WORKERS="${PYG_DIST_TEST_WORKERS:-2}"
 PARALLEL=(-n "$WORKERS" --dist loadfile)
 if ! python -c "import xdist" 2>/dev/null; then
   echo "[test] pytest-xdist is missing from the venv: running the tests one at a time" >&2
