@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Creates .venv with pyg_dist and its test dependencies when it is missing or stale.
+# Creates .venv with pyg_dist and its test dependencies (the `test` extra: pytest,
+# pytest-timeout, pytest-xdist for scripts/test.sh's parallel workers, ...) when it is
+# missing or stale (the stamp holds pyproject.toml's hash, so a new test dependency
+# reinstalls).
 # Sourced by scripts/test.sh and scripts/demo.sh. torch is pinned to the version we test
 # (2.13.0): an unpinned `torch` would pull the newest, multi-GB CUDA build. On most Linux
 # hosts even torch==2.13.0 resolves to the CUDA build; PYG_DIST_TORCH_INDEX (e.g.

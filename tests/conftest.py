@@ -1,10 +1,21 @@
-"""Shared fixtures: the real Cora graph (carried in ``tests/data``) and small synthetic graphs."""
+"""Shared fixtures: the real Cora graph (carried in ``tests/data``) and small synthetic graphs.
+
+Also the run-time half of the ``multiprocess`` rule: a test that starts a process (its
+own code, a fixture or a library call) without the marker fails at teardown, so
+``pytest -m "not multiprocess"`` stays a one-process inner loop.
+"""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
-import pytest
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 cores, many workers
+
+import pytest  # noqa: E402
+
+from pyg_dist.testing.spawn_guard import SpawnGuard  # noqa: E402
 
 PLANETOID = Path(__file__).resolve().parent / "data" / "planetoid"
 
@@ -33,3 +44,45 @@ def hetero_graph():
     from pyg_dist.datasets.synthetic import hetero_community_graph
 
     return hetero_community_graph(3000, avg_degree=6, feat_dim=8, seed=1)
+
+
+GUARD = SpawnGuard()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    GUARD.uninstall()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Files with ``multiprocess`` tests first, each file's tests kept together and in order:
+    under ``pytest -n N --dist loadfile`` (scripts/test.sh) the long files then start
+    first and the quick ones fill the gaps, instead of one long file running last."""
+    slow = {item.path for item in items if item.get_closest_marker("multiprocess")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: keeps the order within
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
+    GUARD.begin()
+    try:
+        yield
+    finally:
+        GUARD.end()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "teardown" or item.get_closest_marker("multiprocess") is not None:
+        return
+    seen = tuple(GUARD.current or ())
+    if seen and report.outcome == "passed":
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} started processes but is not marked multiprocess "
+                           f"(add @pytest.mark.multiprocess or a module pytestmark): "
+                           + "; ".join(seen))

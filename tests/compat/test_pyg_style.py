@@ -15,6 +15,8 @@ from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalG
                       init_process_group, node_split, shutdown_rpc)
 from pyg_dist.testing import free_port, run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 EPOCHS, BATCH, FANOUT, WORKERS = 2, 16, [5, 3], 1

@@ -17,6 +17,8 @@ from pyg_dist import (DisagreementError, DistContext, DistNeighborLoader, LocalF
                       LocalGraphStore, Partitioner, node_split, shutdown_rpc)
 from pyg_dist.testing import run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 TIMEOUT_S = 20
 
 

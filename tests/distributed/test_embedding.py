@@ -25,6 +25,8 @@ from pyg_dist.format.book import RangeBook
 from pyg_dist.rpc import DistContext, init_rpc, shutdown_rpc
 from pyg_dist.testing import run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 N, D, CHUNKS, STEPS = 23, 4, 6, 3
 Tables = Dict[str, torch.Tensor]
 

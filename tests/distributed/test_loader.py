@@ -23,6 +23,8 @@ from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids
 from pyg_dist.format.id_maps import read_id_map
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 
 def _open(root: str, init_pg: bool = True):
     ctx = DistContext.from_env(rpc_timeout=30)
@@ -223,14 +225,12 @@ def _truth(data, parts: int, direct: str, tmp_path) -> None:
             assert set(e_id.tolist()) == taken[key], (rank, key)
 
 
-@pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("parts,direct", [(2, "1"), (3, "0")])
 def test_homo_batches_hold_ground_truth_original_ids(cora, parts, direct, tmp_path):
     _truth(encode_ids(cora), parts, direct, tmp_path)
 
 
-@pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("parts,direct", [(2, "0"), (3, "1")])
 def test_hetero_batches_hold_ground_truth_original_ids(hetero_graph, parts, direct, tmp_path):

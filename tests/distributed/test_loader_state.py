@@ -14,6 +14,8 @@ from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids
 from test_loader import _ddp_step, _open
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 
 def _take(loader, ctx, k: int = -1) -> List[List[List[int]]]:
     out = []

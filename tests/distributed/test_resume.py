@@ -30,6 +30,7 @@ from pyg_dist.testing import free_port, instrument
 from test_training import EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, start, wait
 
 INSTRUMENT = Path(instrument.__file__)
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
 # 70 training seeds per rank, 5 batches per epoch; a checkpoint every 4 batches (steps 4,
 # 8, 12, ...); the kill comes after epoch 3's third batch (step 13), one past step 12.

@@ -12,6 +12,8 @@ import torch
 from pyg_dist.rpc import DistContext, RpcPeerError, callee, current, init_rpc, shutdown_rpc
 from pyg_dist.testing import RanksFailed, run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 
 @callee("test.echo")
 def _echo(x: torch.Tensor, tag: str) -> tuple:

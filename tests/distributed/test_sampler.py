@@ -23,6 +23,8 @@ from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
 from pyg_dist.format.id_maps import read_id_map
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 HOPS = 2
 
 

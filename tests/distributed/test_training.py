@@ -27,6 +27,8 @@ from pyg_dist import Partitioner
 from pyg_dist.inference import read_export
 from pyg_dist.testing import free_port
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node_classification.py"
 EMBEDDING_EXAMPLE = REPO / "examples" / "embedding_node_classification.py"

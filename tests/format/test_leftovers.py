@@ -35,6 +35,7 @@ def _killed_writer(out: Path) -> None:
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+@pytest.mark.multiprocess
 def test_next_run_removes_a_killed_runs_temp_folder(graph, tmp_path: Path) -> None:
     out = tmp_path / "out"
     _killed_writer(out)

@@ -93,6 +93,7 @@ export(result, root, {out!r}, overwrite=True)
 """
 
 
+@pytest.mark.multiprocess
 def test_killed_export_leaves_previous(cora1, tmp_path):
     data, root = cora1
     result = layerwise(build("sage", data.num_features), _stores(root), progress=False)

@@ -48,7 +48,7 @@ def _same(a: Seen, b: Seen) -> bool:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("num_workers", [0, 1])
+@pytest.mark.parametrize("num_workers", [0, pytest.param(1, marks=pytest.mark.multiprocess)])
 def test_resume_yields_exactly_the_rest_of_the_epoch(cora1, num_workers):
     stores, ctx = cora1
     ref = _loader(stores, ctx)

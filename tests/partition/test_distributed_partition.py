@@ -44,7 +44,7 @@ def _chunks(tmp: Path, name: str, data, chunk_size: int = 61) -> Tuple[Path, Gra
 
 
 @pytest.mark.parametrize("graph", list(GRAPHS))
-@pytest.mark.parametrize("method", ["random", "metis"])
+@pytest.mark.parametrize("method", ["random", pytest.param("metis", marks=pytest.mark.multiprocess)])
 def test_one_rank_writes_what_the_in_memory_partitioner_writes(tmp_path: Path, graph: str,
                                                                method: str) -> None:
     """One rank runs every exchange with itself. Random dealing then equals the in-memory
@@ -87,6 +87,7 @@ def _in_memory_cut(data, num_parts: int, root: Path) -> int:
     return _cut(Partitioner(data, num_parts, root, progress=False).generate())
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("world", [2, 3])
 def test_ranks_write_valid_partitions_of_similar_cut(tmp_path: Path, cora, world: int) -> None:
     """2 and 3 ranks, homogeneous and heterogeneous, random and METIS: valid partitions;
@@ -126,6 +127,7 @@ def test_ranks_write_valid_partitions_of_similar_cut(tmp_path: Path, cora, world
     assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.multiprocess
 def test_each_machine_keeps_its_partitions_without_a_shared_file_system(tmp_path: Path
                                                                          ) -> None:
     """Ranks that cannot see each other's folders each write META and their partitions
@@ -181,6 +183,7 @@ def _wait(proc: subprocess.Popen, timeout: float) -> Tuple[int, str]:
     return proc.returncode, out
 
 
+@pytest.mark.multiprocess
 def test_torchrun_command_partitions_a_chunked_graph(tmp_path: Path) -> None:
     """The README's command: ``torchrun ... pyg-dist-partition --input DIR`` on 2 ranks."""
     folder, tables = _chunks(tmp_path, "hetero", GRAPHS["hetero"]())
@@ -196,6 +199,7 @@ def _leftovers(folder: Path) -> List[str]:
     return [p.name for p in folder.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.multiprocess
 def test_rank_that_dies_is_named_and_leaves_no_output(tmp_path: Path) -> None:
     """Two machines (two torchrun commands); machine 1's rank is SIGKILLed after ordering
     edges. Machine 0's rank exits non-zero naming rank 1 and ``--out`` never appears; the
@@ -221,6 +225,7 @@ def test_rank_that_dies_is_named_and_leaves_no_output(tmp_path: Path) -> None:
     assert not _leftovers(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_ranks_running_different_commands_stop_naming_the_option(tmp_path: Path) -> None:
     folder, _ = _chunks(tmp_path, "homo", _homo())
     args = ["--input", str(folder), "--out", str(tmp_path / "out"), "--num-parts", "2",
@@ -277,6 +282,7 @@ def test_cluster_graph_too_large_for_the_budget_is_dealt_by_size(tmp_path: Path)
     assert max(owned) <= 1.03 * 3000 / 2 + 1, owned
 
 
+@pytest.mark.multiprocess
 def test_cluster_graph_over_the_budget_is_never_held_whole(tmp_path: Path, monkeypatch
                                                             ) -> None:
     """Summing the cluster graph stops once a rank holds more entries than METIS may

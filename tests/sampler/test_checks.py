@@ -71,6 +71,7 @@ def test_bad_hop_responses_raise_naming_the_peer(case):
     assert PEER in str(info.value) and "sampler.hop" in str(info.value)
 
 
+@pytest.mark.multiprocess
 def test_much_wider_remote_rows_do_not_crash_the_process():
     """Rows 13000 times wider than the local schema (a peer serving another graph):
     before the checks, the row copy wrote megabytes past the output (SIGSEGV). Run in

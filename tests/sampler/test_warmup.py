@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 ENTRY_KERNELS = {
     "pyg_dist.sampler.kernels._uniform_sample": 2,   # int64 and int32 indices
@@ -15,6 +17,7 @@ ENTRY_KERNELS = {
 }
 
 
+@pytest.mark.multiprocess
 def test_no_kernel_compiles_after_warm_up():
     """In a fresh interpreter: warm_up(), then sampling (homo and hetero, int64 and
     int32 indices, uniform, replacement, full, weighted, temporal uniform and last,

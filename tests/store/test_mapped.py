@@ -154,6 +154,7 @@ def _open_and_touch(root: str, mmap: bool) -> dict:
     return {"rank": rank, "sum": total, "base": base, "held": held}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(process_memory()["pss_mb"] is None, reason="no /proc/self/smaps_rollup")
 @pytest.mark.parametrize("world", [2, 4])

@@ -8,6 +8,8 @@ import pytest
 
 from pyg_dist.testing import RanksFailed, run_ranks
 
+pytestmark = pytest.mark.multiprocess  # every test here starts processes
+
 
 def _crash_in_shutdown() -> int:
     """Reports a result, then dies at exit (as a crash in a shutdown hook would)."""
