@@ -35,7 +35,7 @@ from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.sampler.cache import CacheStats
-from pyg_dist.sampler.ids import PartIds
+from pyg_dist.store.ids import PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.sampler import wire
 from pyg_dist.sampler.serving import partitioning
