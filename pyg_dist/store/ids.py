@@ -28,6 +28,9 @@ RPC per partition).
 """
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -289,3 +292,53 @@ class PartIds:
         """Relabelled ids of the original ids ``queries`` (sorted, distinct) this
         partition owns, ``-1`` for the others (:meth:`OwnedIds.find`)."""
         return self.owned(kind, group).find(queries)
+
+
+class BatchIds:
+    """The relabelled ids of the original id tensors of recent batches, found by the
+    tensor's identity: ``emb(batch.n_id)`` then needs no translation at all (the
+    loader registers ``batch.n_id -> batch.part_n_id`` as it hands a batch out). Holds
+    at most ``capacity`` entries, each only while its ``n_id`` tensor is alive.
+
+    Args:
+        capacity (int): the most batches remembered (oldest forgotten first).
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._entries: "OrderedDict[int, Tuple[weakref.ref, Tensor]]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, original: Tensor, relabelled: Tensor) -> None:
+        """Records that ``original`` (this very tensor) holds the ids ``relabelled``."""
+        key = id(original)
+        try:
+            ref = weakref.ref(original, lambda _, k=key: self._forget(k))
+        except TypeError:  # not weak-referenceable: nothing to remember it by
+            return
+        with self._lock:
+            self._entries[key] = (ref, relabelled)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+    def recall(self, original: object) -> Optional[Tensor]:
+        """The relabelled ids recorded for ``original`` (the same tensor object, not a
+        copy), else ``None``."""
+        with self._lock:
+            entry = self._entries.get(id(original))
+        if entry is None or entry[0]() is not original:
+            return None
+        return entry[1]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+
+#: the batches this process's loaders handed out (see :class:`BatchIds`)
+BATCH_IDS = BatchIds()
