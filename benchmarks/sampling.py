@@ -154,13 +154,15 @@ def _fetchers(sampler, features: bool) -> Dict[str, object]:
 
 def _run_batches(sampler, batches: List[torch.Tensor], fetchers: Dict[str, object],
                  prof: Optional[cProfile.Profile] = None) -> Dict[str, float]:
-    """Every batch once per fetcher variant, interleaved (the same load on each); the
-    seconds of each variant are summed apart."""
+    """Every batch once per fetcher variant, interleaved in alternating order (the same
+    load on each, neither always second with warm caches); the seconds of each variant
+    are summed apart."""
     edges = nodes = 0
     seconds = {name: 0.0 for name in fetchers}
     cpu = time.process_time()
-    for seeds in batches:
-        for name, fetcher in fetchers.items():
+    for i, seeds in enumerate(batches):
+        order = list(fetchers.items())
+        for name, fetcher in order if i % 2 == 0 else order[::-1]:  # neither runs warm
             start = time.perf_counter()
             sub = sampler.group.loop.run(_one_batch(sampler, seeds, fetcher,
                                                     prof if name == "" else None))
@@ -237,7 +239,14 @@ def _launch(root: Path, world: int, cfg: BenchConfig, features: bool,
     from pyg_dist.testing import run_ranks
 
     return run_ranks(sampling_job, world, str(root), cfg, features, profile,
-                     timeout=cfg.timeout, extra_env=ONE_THREAD)
+                     timeout=cfg.timeout, extra_env=ONE_THREAD, may_die=AFTER_REPORTING(world))
+
+
+def AFTER_REPORTING(world: int) -> range:  # noqa: N802  (reads as a constant)
+    """Ranks whose numbers count even if the process then stalls at interpreter exit
+    (torch RPC teardown under heavy load, seen on the base commit too): a benchmark
+    reports what was measured; the tests still fail on such a stall."""
+    return range(world)
 
 
 def run_local(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
@@ -317,7 +326,7 @@ def run_translation(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, flo
     root = partitioned(args.cache_dir, "community", args.ids_nodes, args.ids_avg_degree,
                        args.ids_feat_dim, 2, cfg.seed)
     outs = run_ranks(translation_job, 2, str(root), cfg.fanout, cfg.batch_size, cfg.timeout,
-                     timeout=cfg.timeout, extra_env=ONE_THREAD)
+                     timeout=cfg.timeout, extra_env=ONE_THREAD, may_die=AFTER_REPORTING(2))
     return report(outs, args.ids_nodes)
 
 

@@ -307,7 +307,8 @@ class BatchIds:
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._entries: "OrderedDict[int, Tuple[weakref.ref, Tensor]]" = OrderedDict()
-        self._lock = threading.Lock()
+        # re-entrant: a tensor collected while the lock is held runs _forget right away
+        self._lock = threading.RLock()
 
     def remember(self, original: Tensor, relabelled: Tensor) -> None:
         """Records that ``original`` (this very tensor) holds the ids ``relabelled``."""
