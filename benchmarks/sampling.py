@@ -159,18 +159,20 @@ def _run_batches(sampler, batches: List[torch.Tensor], fetchers: Dict[str, objec
     are summed apart."""
     edges = nodes = 0
     seconds = {name: 0.0 for name in fetchers}
-    cpu = time.process_time()
+    cpu_s = {name: 0.0 for name in fetchers}
     for i, seeds in enumerate(batches):
         order = list(fetchers.items())
         for name, fetcher in order if i % 2 == 0 else order[::-1]:  # neither runs warm
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             sub = sampler.group.loop.run(_one_batch(sampler, seeds, fetcher,
                                                     prof if name == "" else None))
             seconds[name] += time.perf_counter() - start
+            cpu_s[name] += time.process_time() - cpu
         edges += sum(sum(v) for v in sub.num_sampled_edges.values())
         nodes += sum(v.numel() for v in sub.node.values())
     out = {f"seconds{name}": value for name, value in seconds.items()}
-    return {**out, "cpu_s": (time.process_time() - cpu) / len(fetchers), "edges": edges,
+    out.update({f"cpu_s{name}": value for name, value in cpu_s.items()})
+    return {**out, "edges": edges,
             "nodes": nodes, "seeds": sum(b.numel() for b in batches), "batches": len(batches)}
 
 
@@ -272,12 +274,14 @@ def run_local(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
 
 
 def _rates(outs: List[dict], variant: str = "") -> Dict[str, float]:
-    """Combined rates over processes (total work / slowest process's time)."""
+    """Combined rates over processes (total work / slowest process's time) of one timed
+    variant (``""``: with original ids, as loaders fetch)."""
     seconds = max(o[f"seconds{variant}"] for o in outs)
     return {"seeds_per_s": sum(o["seeds"] for o in outs) / seconds,
             "nodes_per_s": sum(o["nodes"] for o in outs) / seconds,
             "per_process_seeds_per_s": sum(o["seeds"] for o in outs) / seconds / len(outs),
-            "cpu_ms_per_batch": 1e3 * sum(o["cpu_s"] for o in outs) / sum(o["batches"] for o in outs),
+            "cpu_ms_per_batch": 1e3 * sum(o[f"cpu_s{variant}"] for o in outs)
+            / sum(o["batches"] for o in outs),
             "wall_ms_per_batch": 1e3 * seconds / outs[0]["batches"]}
 
 
@@ -300,13 +304,17 @@ def run_dist(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
             print(outs[0]["profile"])
         res[f"dist_{parts}p_seeds_per_s"] = round(rates["seeds_per_s"])
         res[f"dist_{parts}p_nodes_per_s"] = round(rates["nodes_per_s"])
-        plain = _rates(outs, "_no_ids")["seeds_per_s"]
-        res[f"dist_{parts}p_seeds_per_s_no_ids"] = round(plain)
+        plain = _rates(outs, "_no_ids")
+        res[f"dist_{parts}p_seeds_per_s_no_ids"] = round(plain["seeds_per_s"])
         res[f"dist_{parts}p_original_ids_cost_pct"] = round(
-            100 * (1 - rates["seeds_per_s"] / plain), 2)
+            100 * (1 - rates["seeds_per_s"] / plain["seeds_per_s"]), 2)
+        res[f"dist_{parts}p_original_ids_cpu_cost_pct"] = round(
+            100 * (rates["cpu_ms_per_batch"] / plain["cpu_ms_per_batch"] - 1), 2)
         print(f"dist/{parts} partition(s): original ids in batches cost "
-              f"{res[f'dist_{parts}p_original_ids_cost_pct']:.2f}% of seeds/s "
-              f"({plain:.0f} seeds/s without them, same seeds, interleaved)", flush=True)
+              f"{res[f'dist_{parts}p_original_ids_cost_pct']:.2f}% of seeds/s (wall; "
+              f"{plain['seeds_per_s']:.0f} seeds/s without them, same seeds, interleaved), "
+              f"{res[f'dist_{parts}p_original_ids_cpu_cost_pct']:.2f}% more CPU per batch",
+              flush=True)
         if "fetch" in outs[0]:
             res.update(_report_fetch(outs[0]["fetch"]))
     if args.ids_nodes > 0:
