@@ -48,6 +48,7 @@ def translation_job(root: str, fanout: List[int], batch_size: int, timeout: floa
     from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                           node_split)
     from pyg_dist.format import io
+    from pyg_dist.loader.ids import cpu_group
     from pyg_dist.rpc import shutdown_rpc
 
     torch.set_num_threads(1)
@@ -60,7 +61,7 @@ def translation_job(root: str, fanout: List[int], batch_size: int, timeout: floa
         start = time.perf_counter()
         seeds = node_split(stores, "train", ctx)
         split_s = time.perf_counter() - start
-        dist.barrier()
+        dist.barrier(group=cpu_group(ctx))
         start = time.perf_counter()
         loader = DistNeighborLoader(stores, fanout, input_nodes=seeds, batch_size=batch_size,
                                     current_ctx=ctx)
