@@ -6,7 +6,8 @@ train with :class:`DistNeighborLoader` under ``torchrun``.
 """
 from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
 from pyg_dist.inference import infer
-from pyg_dist.loader import DistLinkNeighborLoader, DistNeighborLoader, edge_split, node_split
+from pyg_dist.loader import (DistGraph, DistLinkNeighborLoader, DistNeighborLoader, edge_split,
+                             node_split)
 from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook
 from pyg_dist.partition import Partitioner
 from pyg_dist.partition.progress import track
@@ -22,7 +23,7 @@ __all__ = [
     "LocalGraphStore", "LocalFeatureStore",
     "DistContext", "init_process_group", "init_rpc", "shutdown_rpc",
     "DisagreementError", "PeerFailedError", "RpcPeerError",
-    "DistNeighborSampler", "DistNeighborLoader", "DistLinkNeighborLoader",
+    "DistNeighborSampler", "DistNeighborLoader", "DistGraph", "DistLinkNeighborLoader",
     "node_split", "edge_split",
     "DistTensor", "DistEmbedding", "SparseAdagrad", "SparseAdam",
     "infer", "track",

@@ -16,7 +16,7 @@ PathLike = Union[str, os.PathLike]
 
 @dataclass
 class Lookup:
-    """One recorded call: the ids looked up and the leaf tensor handed out."""
+    """One recorded call: the rows looked up (internal ids) and the leaf handed out."""
     ids: Tensor
     rows: Tensor
 
@@ -73,22 +73,29 @@ class DistEmbedding:
     def embedding_dim(self) -> int:
         return self.weight.shape[1]
 
-    def __call__(self, ids: Index, device: Optional[torch.device] = None) -> Tensor:
-        """Rows of ``ids`` (global ids; any integer tensor shape).
+    def __call__(self, ids: Index, device: Optional[torch.device] = None,
+                 relabelled: bool = False) -> Tensor:
+        """Rows of ``ids`` (any integer tensor shape): the dataset's original node ids
+        when the table follows a partitioned graph (``partition=`` a
+        :class:`~pyg_dist.format.meta.PartitionMeta`, see :class:`DistTensor`), else
+        row ids. ``emb(batch.n_id)`` is served from the batch's own translation and
+        the rows of this rank's partition are local.
 
         Args:
             ids: the rows to look up.
             device (torch.device, optional): where to put the result (the gradient
                 still flows back to the recorded CPU leaf).
+            relabelled (bool): ``ids`` are internal (relabelled) ids, e.g.
+                ``batch.part_n_id``.
 
         Returns:
             a tensor of shape ``(*ids.shape, embedding_dim)``; while autograd is
             enabled it is built from a recorded leaf with ``requires_grad=True``.
         """
-        rows = self.weight[ids]
+        flat, shape = self.weight.rows(ids, relabelled, "ids")
+        rows = self.weight.read(flat, relabelled=True).view(*shape, self.embedding_dim)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
-            flat = self.weight.flat_ids(ids)[0]
             self._trace.append(Lookup(flat, rows))
         return rows if device is None else rows.to(device, non_blocking=True)
 

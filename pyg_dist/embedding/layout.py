@@ -17,13 +17,16 @@ global row ids, so the whole layout is ``world_size + 1`` offsets (a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from pyg_dist.format.book import RangeBook
 from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.loader.graph_serving import find_elsewhere
+from pyg_dist.rpc import runtime
+from pyg_dist.store.ids import PartIds
 
 PartitionLike = Union[RangeBook, PartitionMeta, Sequence[int], None]
 
@@ -137,3 +140,66 @@ class ShardLayout:
             return torch.zeros_like(ids)
         upper = torch.as_tensor(self.offsets[1:], dtype=torch.long)
         return torch.searchsorted(upper, ids, right=True)
+
+
+class GraphRows:
+    """Original node ids -> rows of a tensor that follows a partitioned graph.
+
+    Rows of a node-aligned tensor are the graph's relabelled node ids (rows of
+    partition ``p`` live on its ranks). The translation uses the id tables of the
+    partition this process serves (:func:`pyg_dist.init_rpc` with stores, or any
+    loader): owned ids from its mapped table, the others asked of the other partitions
+    in one round trip (:func:`~pyg_dist.loader.graph_serving.find_elsewhere`).
+
+    Args:
+        meta (PartitionMeta): the partitioned graph.
+        node_type (str, optional): the node type of the rows (heterogeneous graphs).
+        name (str): the tensor's name, for error messages.
+    """
+
+    def __init__(self, meta: PartitionMeta, node_type: Optional[str], name: str) -> None:
+        self.meta = meta
+        self.node_type = meta.node_type(node_type)
+        self.name = name
+
+    def _served(self) -> Any:
+        sampler = runtime.current().served.get("sampler") if runtime.is_initialized() else None
+        if sampler is None or sampler.graph.meta.uid != self.meta.uid:
+            raise RuntimeError(
+                f"DistTensor '{self.name}' follows a partitioned graph (partition="
+                f"PartitionMeta) and is indexed by original node ids; translating them needs "
+                f"this process to serve its partition of that graph (init_rpc(ctx, "
+                f"(feature_store, graph_store)) or a loader first), or pass relabelled=True "
+                f"with internal ids (e.g. batch.part_n_id)")
+        return sampler
+
+    def relabelled(self, ids: Tensor, argument: str, run: Callable[[Any], Any]) -> Tensor:
+        """Relabelled ids (= rows) of original node ids ``ids`` (checked in range).
+
+        Raises:
+            ValueError: naming ``argument``, for ids no partition owns (a damaged
+                partition folder).
+        """
+        if ids.numel() == 0:
+            return ids
+        sampler = self._served()
+        table: PartIds = sampler.ids
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        found = table.find(self.node_type, uniq)
+        missing = torch.nonzero(found < 0).view(-1)
+        if missing.numel() and self.meta.num_parts > 1:
+            group = runtime.current()
+            if group.world_size > 1:
+                found[missing] = run(find_elsewhere(group, self.meta, "node", self.node_type,
+                                                    uniq[missing]))
+            else:  # one process serving a folder of several partitions
+                for part in range(self.meta.num_parts):
+                    lost = found < 0
+                    if part != table.part and bool(lost.any()):
+                        other = PartIds(table.root, self.meta, part, table.tables)
+                        found[lost] = other.find(self.node_type, uniq[lost])
+        if bool((found < 0).any()):
+            raise ValueError(f"DistTensor '{self.name}': {argument} holds original ids "
+                             f"{uniq[found < 0][:5].tolist()} of node type "
+                             f"'{self.node_type}' that no partition owns")
+        return found[inverse]

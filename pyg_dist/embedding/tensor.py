@@ -9,9 +9,11 @@ from torch import Tensor
 
 from pyg_dist.embedding import shards
 from pyg_dist.embedding.comm import Comm
-from pyg_dist.embedding.layout import PartitionLike, ShardLayout, resolve_book
+from pyg_dist.embedding.layout import GraphRows, PartitionLike, ShardLayout, resolve_book
 from pyg_dist.format.book import RangeBook
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc.routing import RemoteResponseError, fan_out, split_by_owner
+from pyg_dist.store.ids import BATCH_IDS
 
 InitFunc = Callable[[Tuple[int, ...], torch.dtype], Tensor]
 Index = Union[int, slice, Sequence[int], Tensor]
@@ -28,9 +30,21 @@ class DistTensor:
     """A tensor whose rows are sharded over the ranks of a job; each row has exactly
     one owner rank (see :mod:`pyg_dist.embedding.layout` for who owns what).
 
-    ``t[ids]`` reads rows by global id: local rows directly, remote rows in one RPC
-    per owner rank, all in flight together. ``t[ids] = values`` writes them (when
-    ``ids`` repeats, the last value given for an id wins). Creation is collective:
+    ``t[ids]`` reads rows: local rows directly, remote rows in one RPC per owner rank,
+    all in flight together. ``t[ids] = values`` writes them (when ``ids`` repeats, the
+    last value given for an id wins).
+
+    **Which ids.** A tensor created with ``partition=`` a
+    :class:`~pyg_dist.format.meta.PartitionMeta` holds one row per node of the graph and
+    is indexed by the dataset's **original** node ids, like every id at pyg_dist's API
+    (:mod:`pyg_dist.store.ids`); each row lives with its node's owner. Ids are
+    translated without an extra round trip on the common paths: a batch's ``n_id``
+    (the loader remembers its ``part_n_id``) and ids this rank's partition owns (its
+    mapped id table); other ids are asked of the other partitions first (one request
+    per partition). :meth:`read`/:meth:`write` with ``relabelled=True`` take the
+    internal (relabelled) ids instead, e.g. ``batch.part_n_id``. A tensor laid out by
+    a :class:`~pyg_dist.format.book.RangeBook`, by offsets or evenly is indexed by its
+    row ids as given (for a graph's node book, the relabelled ids). Creation is collective:
     every rank must create the same tensors in the same order. A named tensor created
     again (with the same shape, dtype and layout) refers to the same rows and is not
     re-initialised.
@@ -56,6 +70,7 @@ class DistTensor:
                  partition: PartitionLike = None, node_type: Optional[str] = None) -> None:
         self._comm = Comm.current()
         self._name = name if name is not None else f"_dist_tensor_{next(_ANONYMOUS)}"
+        self._graph: Optional[GraphRows] = None
         error: Optional[Exception] = None
         try:
             self._shape = _as_shape(shape)
@@ -65,6 +80,8 @@ class DistTensor:
                                                                self._shape[0])
             layout = ShardLayout.build(self._shape[0], self._comm.world_size,
                                        self._comm.rank, self.partition)
+            if isinstance(partition, PartitionMeta):
+                self._graph = GraphRows(partition, node_type, self._name)
         except (TypeError, ValueError, KeyError) as exc:  # raised after telling the others
             error = exc
         self._check_same_on_every_rank(error or (dtype, layout))
@@ -162,16 +179,38 @@ class DistTensor:
         return self._comm
 
     # ---- reads and writes ----------------------------------------------------------
+    @property
+    def follows_graph(self) -> bool:
+        """Whether rows are graph nodes indexed by original ids (``partition=`` a
+        :class:`~pyg_dist.format.meta.PartitionMeta`)."""
+        return self._graph is not None
+
     def __getitem__(self, index: Index) -> Tensor:
-        """Rows of global ids ``index`` (int, slice, list or integer tensor of any
-        shape): a new tensor of shape ``(*index.shape, *self.shape[1:])``."""
-        ids, out_shape = self.flat_ids(index)
-        return self._read(ids).view(*out_shape, *self._shape[1:])
+        """Rows of ``index`` (int, slice, list or integer tensor of any shape; original
+        node ids when :attr:`follows_graph`): shape ``(*index.shape, *self.shape[1:])``."""
+        return self.read(index)
 
     def __setitem__(self, index: Index, values: Tensor) -> None:
         """Writes ``values`` (same dtype, shape ``(*index.shape, *self.shape[1:])``) to the
-        rows of global ids ``index``, at their owners."""
-        ids, out_shape = self.flat_ids(index)
+        rows of ``index``, at their owners (see :meth:`write`)."""
+        self.write(index, values)
+
+    def read(self, index: Index, relabelled: bool = False, argument: str = "index") -> Tensor:
+        """Rows of ``index``.
+
+        Args:
+            index: ids (int, slice, list or integer tensor of any shape).
+            relabelled (bool): ``index`` holds internal row ids (relabelled node ids)
+                rather than original node ids (only matters when :attr:`follows_graph`).
+            argument (str): the caller's argument name, for error messages.
+        """
+        rows, out_shape = self.rows(index, relabelled, argument)
+        return self._read(rows).view(*out_shape, *self._shape[1:])
+
+    def write(self, index: Index, values: Tensor, relabelled: bool = False,
+              argument: str = "index") -> None:
+        """Writes ``values`` to the rows of ``index`` (as :meth:`read`)."""
+        ids, out_shape = self.rows(index, relabelled, argument)
         self._check_values(values, out_shape)
         values = values.reshape(ids.numel(), *self._shape[1:])
         uniq, inverse = torch.unique(ids, return_inverse=True)
@@ -180,8 +219,23 @@ class DistTensor:
             0, inverse, torch.arange(ids.numel()), reduce="amax")
         self._write(uniq, values.index_select(0, last))
 
-    def flat_ids(self, index: Index) -> Tuple[Tensor, Tuple[int, ...]]:
-        """Global row ids as a flat ``int64`` tensor, and the shape of the index."""
+    def rows(self, index: Index, relabelled: bool = False, argument: str = "index"
+             ) -> Tuple[Tensor, Tuple[int, ...]]:
+        """Internal row ids of ``index`` as a flat ``int64`` tensor, and the shape of the
+        index: original node ids translated when :attr:`follows_graph` (unless
+        ``relabelled``), checked (dtype, range) naming ``argument``."""
+        remembered = BATCH_IDS.recall(index) if self._graph is not None and \
+            not relabelled else None
+        ids, shape = self.flat_ids(index, argument)
+        if self._graph is None or relabelled:
+            return ids, shape
+        if remembered is not None and remembered.numel() == ids.numel():
+            return remembered.detach().to("cpu", torch.long).reshape(-1), shape
+        return self._graph.relabelled(ids, argument, self._run), shape
+
+    def flat_ids(self, index: Index, argument: str = "index") -> Tuple[Tensor, Tuple[int, ...]]:
+        """The ids of ``index`` as a flat ``int64`` tensor (checked: integers in range,
+        the error naming ``argument``), and the shape of the index."""
         if isinstance(index, bool):
             raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids, got a bool")
         if isinstance(index, int):
@@ -191,21 +245,22 @@ class DistTensor:
         elif isinstance(index, Tensor):
             if index.dtype == torch.bool or index.dtype.is_floating_point or \
                     index.dtype.is_complex:
-                raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids, got a "
-                                f"tensor of dtype {index.dtype}")
+                raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids, got "
+                                f"{argument} of dtype {index.dtype}")
             ids = index.detach().to("cpu", torch.long)
         elif isinstance(index, (list, tuple)):
             ids = torch.as_tensor(index, dtype=torch.long) if len(index) else \
                 torch.empty(0, dtype=torch.long)
         else:
             raise TypeError(f"DistTensor '{self._name}' is indexed by integer ids (int, slice, "
-                            f"list or integer tensor), got {type(index).__name__}")
+                            f"list or integer tensor), got {argument} of type "
+                            f"{type(index).__name__}")
         flat = ids.reshape(-1)
         if flat.numel():
             lo, hi = int(flat.min()), int(flat.max())
             if lo < 0 or hi >= self._shape[0]:
-                raise ValueError(f"DistTensor '{self._name}': id {lo if lo < 0 else hi} is out "
-                                 f"of range [0, {self._shape[0]})")
+                raise ValueError(f"DistTensor '{self._name}': {argument} holds id "
+                                 f"{lo if lo < 0 else hi}, out of range [0, {self._shape[0]})")
         return flat, tuple(ids.shape)
 
     def _check_values(self, values: Tensor, index_shape: Tuple[int, ...]) -> None:

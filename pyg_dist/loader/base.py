@@ -35,7 +35,7 @@ from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.sampler.cache import CacheStats
-from pyg_dist.sampler.ids import PartIds
+from pyg_dist.store.ids import BATCH_IDS, PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.sampler import wire
 from pyg_dist.sampler.serving import partitioning
@@ -305,6 +305,10 @@ class DistLoader:
             batch = batch.pin_memory()
         if self.device is not None:
             batch = batch.to(self.device, non_blocking=True)
+        for store in batch.node_stores:  # emb(batch.n_id) then translates nothing
+            n_id, part = getattr(store, "n_id", None), getattr(store, "part_n_id", None)
+            if isinstance(n_id, Tensor) and isinstance(part, Tensor):
+                BATCH_IDS.remember(n_id, part)
         return batch
 
     @property

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
-from pyg_dist.sampler.ids import PartIds
+from pyg_dist.store.ids import PartIds
 from pyg_dist.typing import NodeType
 
 

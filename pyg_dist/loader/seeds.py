@@ -16,7 +16,7 @@ from torch import Tensor
 
 from pyg_dist.loader.ids import cpu_group, gather_all, to_original
 from pyg_dist.rpc.context import DistContext
-from pyg_dist.sampler.ids import PartIds
+from pyg_dist.store.ids import PartIds
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.typing import EdgeType, NodeType
 

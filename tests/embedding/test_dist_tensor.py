@@ -65,11 +65,11 @@ def test_named_tensor_created_twice_shares_rows() -> None:
 
 def test_bad_input_gets_clear_errors() -> None:
     t = DistTensor((5, 3), name="tensor_bad")
-    with pytest.raises(ValueError, match=r"'tensor_bad': id 5 is out of range \[0, 5\)"):
+    with pytest.raises(ValueError, match=r"'tensor_bad': index holds id 5, out of range \[0, 5\)"):
         t[torch.tensor([0, 5])]
-    with pytest.raises(ValueError, match=r"id -1 is out of range \[0, 5\)"):
+    with pytest.raises(ValueError, match=r"holds id -1, out of range \[0, 5\)"):
         t[[-1]] = torch.zeros(1, 3)
-    with pytest.raises(TypeError, match="indexed by integer ids, got a tensor of dtype "
+    with pytest.raises(TypeError, match="indexed by integer ids, got index of dtype "
                                         "torch.float32"):
         t[torch.tensor([1.0])]
     with pytest.raises(TypeError, match="holds torch.float32, got values of dtype torch.float64"):

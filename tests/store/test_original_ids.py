@@ -86,9 +86,9 @@ def test_bad_index_names_the_argument(homo) -> None:
     with pytest.raises(ValueError, match=r"index holds original id \d+ of node type '_N' "
                                          r"that partition 0 does not own"):
         fs.get_tensor(None, "x", other)
-    with pytest.raises(ValueError, match=r"index holds id 500 outside \[0, 500\)"):
+    with pytest.raises(ValueError, match=r"index holds original id 500 outside \[0, 500\)"):
         fs.get_tensor(None, "x", torch.tensor([0, 500]))
-    with pytest.raises(ValueError, match=r"index holds id -1 outside"):
+    with pytest.raises(ValueError, match=r"index holds original id -1 outside"):
         fs.get_tensor(None, "x", torch.tensor([-1]))
     with pytest.raises(TypeError, match="index must be an integer tensor.*float32"):
         fs.get_tensor(None, "x", torch.tensor([0.0]))
