@@ -76,7 +76,7 @@ def _init(shape, dtype) -> torch.Tensor:
 
 def _worker(cfg: BenchConfig) -> Dict[str, float]:
     from pyg_dist.embedding import DistEmbedding, SparseAdam
-    from pyg_dist.rpc import DistContext, init_rpc, shutdown_rpc
+    from pyg_dist import DistContext, init_rpc, shutdown_rpc
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)

@@ -1,6 +1,6 @@
 """Who takes part in distributed tensors, and the collectives they use.
 
-Distributed tensors live in the trainers' RPC group (:func:`pyg_dist.rpc.init_rpc`):
+Distributed tensors live in the trainers' RPC group (:func:`pyg_dist.init_rpc`):
 reads and writes of remote rows are RPCs, one request per owner rank; optimizer
 steps, creation and checkpoints are gloo collectives on the group's CPU process
 group, entered by every rank even with nothing to send. Without an RPC group and
@@ -55,7 +55,7 @@ class Comm:
         if ctx.world_size > 1:
             raise RuntimeError(
                 f"this is rank {ctx.rank} of {ctx.world_size} but pyg_dist RPC is not "
-                f"initialised: call pyg_dist.rpc.init_rpc(DistContext.from_env(), num_parts) "
+                f"initialised: call pyg_dist.init_rpc() "
                 f"on every rank before creating distributed tensors")
         return cls(0, 1, None)
 

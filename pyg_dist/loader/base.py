@@ -26,7 +26,7 @@ from torch_geometric.sampler import NegativeSampling
 from pyg_dist.loader.arguments import check_device, check_loader_options
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.compat import accept_pyg_options
-from pyg_dist.loader.iterators import _Iterator, _LoopIterator, _WorkerIterator
+from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
 from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.state import VERSION, LoaderState, digest
@@ -157,7 +157,7 @@ class DistLoader:
         self._producer = BatchProducer(self.sampler, self.spec)
         self._pool: Optional[WorkerPool] = None
         self._worker_cache = CacheStats()  # what the workers' feature caches did
-        self._iterator: Optional["_Iterator"] = None
+        self._iterator: Optional[PassIterator] = None
         self.worker_threads = 1
 
     def _agree(self, seeds: LoaderSeeds, config: Any, num_workers: int, even_batches: bool,
@@ -250,9 +250,13 @@ class DistLoader:
         tasks = [BatchTask(self._inputs(p), (seed, epoch, i, rank))
                  for i, p in enumerate(self.plan.batches(epoch)) if i >= start]
         if self.num_workers > 0:
-            self._iterator = _WorkerIterator(self, tasks, next(self._runs))
+            self._iterator = WorkerIterator(tasks, next(self._runs), self._worker_pool(),
+                                            self.batch_timeout, self._finish,
+                                            self._add_worker_cache)
         else:
-            self._iterator = _LoopIterator(self, tasks)
+            self._iterator = LoopIterator(tasks, self._producer.produce,
+                                          self.sampler.group.loop.submit, self.concurrency,
+                                          self.batch_timeout, self._finish)
         self._position = (epoch, start)
         self.epoch += 1
         return self._iterator

@@ -1,41 +1,54 @@
 """The iterators of one pass over a :class:`~pyg_dist.loader.base.DistLoader`: in this
 process on the asyncio loop, or over sampler worker processes. Both count the batches
-they handed out (``yielded``), which the loader's ``state_dict`` reports."""
+they handed out (``yielded``), which the loader's ``state_dict`` reports. They are given
+what they use (callables, the pool, the timeout), not the loader that builds them."""
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-from typing import TYPE_CHECKING, Any, Deque, Dict, List
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
 
 from pyg_dist.loader.collate import Batch
+from pyg_dist.loader.workers import WorkerPool
+from pyg_dist.sampler.cache import CacheStats
 
-if TYPE_CHECKING:
-    from pyg_dist.loader.base import DistLoader
 
+class PassIterator:
+    """One pass over a loader's batches; ``yielded`` counts those handed out."""
+    yielded: int
 
-class _Iterator:
-    def __iter__(self) -> "_Iterator":
+    def __iter__(self) -> "PassIterator":
         return self
 
     def close(self) -> None:
         raise NotImplementedError
 
 
-class _LoopIterator(_Iterator):
-    """Samples in this process on the asyncio loop, ``concurrency`` batches in flight."""
+class LoopIterator(PassIterator):
+    """Samples in this process on the asyncio loop, ``concurrency`` batches in flight.
 
-    def __init__(self, loader: "DistLoader", tasks: List[Any]) -> None:
-        self.loader = loader
+    Args:
+        tasks: the pass's batch tasks, in order.
+        produce: a task's coroutine producing its batch.
+        submit: runs a coroutine on the loop, returning a ``concurrent.futures.Future``.
+        concurrency: batches in flight.
+        timeout: seconds a batch may take.
+        finish: applied to every batch handed out (transform, pinning, device).
+    """
+
+    def __init__(self, tasks: List[Any], produce: Callable[[Any], Awaitable[Batch]],
+                 submit: Callable[[Awaitable[Batch]], concurrent.futures.Future],
+                 concurrency: int, timeout: float, finish: Callable[[Batch], Batch]) -> None:
+        self.produce, self.submit, self.timeout, self.finish = produce, submit, timeout, finish
         self.tasks: Deque[Any] = collections.deque(tasks)
         self.yielded = 0
         self.pending: Deque[concurrent.futures.Future] = collections.deque()
-        for _ in range(loader.concurrency):
+        for _ in range(concurrency):
             self._submit()
 
     def _submit(self) -> None:
         if self.tasks:
-            coro = self.loader._producer.produce(self.tasks.popleft())
-            self.pending.append(self.loader.sampler.group.loop.submit(coro))
+            self.pending.append(self.submit(self.produce(self.tasks.popleft())))
 
     def __next__(self) -> Batch:
         if not self.pending:
@@ -43,16 +56,15 @@ class _LoopIterator(_Iterator):
         future = self.pending.popleft()
         self._submit()
         try:
-            batch = future.result(self.loader.batch_timeout)
+            batch = future.result(self.timeout)
         except concurrent.futures.TimeoutError:
             self.close()
-            raise TimeoutError(f"a batch took longer than {self.loader.batch_timeout:.0f}s") \
-                from None
+            raise TimeoutError(f"a batch took longer than {self.timeout:.0f}s") from None
         except BaseException:
             self.close()
             raise
         self.yielded += 1
-        return self.loader._finish(batch)
+        return self.finish(batch)
 
     def close(self) -> None:
         for future in self.pending:
@@ -61,12 +73,23 @@ class _LoopIterator(_Iterator):
         self.tasks.clear()
 
 
-class _WorkerIterator(_Iterator):
-    """Samples in worker processes; results are reordered to the seed order."""
+class WorkerIterator(PassIterator):
+    """Samples in worker processes; results are reordered to the seed order.
 
-    def __init__(self, loader: "DistLoader", tasks: List[Any], run: int) -> None:
-        self.loader, self.tasks, self.run = loader, tasks, run
-        self.pool = loader._worker_pool()
+    Args:
+        tasks: the pass's batch tasks, in order.
+        run: this pass's number (results of earlier passes are skipped).
+        pool: the loader's sampler workers.
+        timeout: seconds a batch may take.
+        finish: applied to every batch handed out (transform, pinning, device).
+        add_cache_stats: receives what a worker's feature cache did for a batch.
+    """
+
+    def __init__(self, tasks: List[Any], run: int, pool: WorkerPool, timeout: float,
+                 finish: Callable[[Batch], Batch],
+                 add_cache_stats: Callable[[Optional[CacheStats]], None]) -> None:
+        self.tasks, self.run, self.pool, self.timeout = tasks, run, pool, timeout
+        self.finish, self.add_cache_stats = finish, add_cache_stats
         self.sent = self.next_index = 0
         self.ready: Dict[int, Batch] = {}
         self._fill()
@@ -80,16 +103,16 @@ class _WorkerIterator(_Iterator):
         if self.next_index >= len(self.tasks):
             raise StopIteration
         while self.next_index not in self.ready:
-            run, index, produced, error = self.pool.get(self.loader.batch_timeout)
+            run, index, produced, error = self.pool.get(self.timeout)
             if error is not None and run in (self.run, -1):
                 raise RuntimeError(f"sampling failed in a worker process:\n{error}")
             if run == self.run:
                 self.ready[index] = produced.batch
-                self.loader._add_worker_cache(produced.cache)
+                self.add_cache_stats(produced.cache)
         batch = self.ready.pop(self.next_index)
         self.next_index += 1
         self._fill()
-        return self.loader._finish(batch)
+        return self.finish(batch)
 
     @property
     def yielded(self) -> int:

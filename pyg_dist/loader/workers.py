@@ -54,14 +54,14 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> No
     torch.set_num_threads(spec.threads)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
     from pyg_dist.sampler.direct import open_direct
-    from pyg_dist.sampler.serving import _served
+    from pyg_dist.sampler.local import serving_objects
     from pyg_dist.sampler.shared_cache import attach
     from pyg_dist.store.source import FileId
     from pyg_dist.sampler.warmup import warm_up
 
     warm_up()  # before joining: no peer waits on this worker's compiler
-    group = runtime.init_rpc(spec.ctx, spec.graph.num_parts,
-                             _served(spec.features, spec.graph), group=spec.group)
+    group = runtime.join_rpc(spec.ctx, spec.graph.num_parts,
+                             serving_objects(spec.features, spec.graph), group=spec.group)
     group.direct = open_direct(spec.direct)  # the same partitions its trainer reads directly
     graceful = True
     try:

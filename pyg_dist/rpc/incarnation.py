@@ -44,7 +44,7 @@ class IncarnationError(RuntimeError):
     """The ranks of a (re)started job could not agree on their incarnation in time."""
 
 
-def agree(store: dist.Store, rank: int, world_size: int, timeout: float,
+def agree_incarnation(store: dist.Store, rank: int, world_size: int, timeout: float,
           restart_count: int = 0) -> str:
     """Agrees (collectively) on a fresh id for the incarnation of the job's ranks.
 
@@ -113,7 +113,7 @@ def ensure(ctx: DistContext, store: dist.Store) -> str:
         return "solo"
     with _LOCK:
         if "id" not in _AGREED:
-            _AGREED["id"] = agree(store, ctx.rank, ctx.world_size, ctx.rpc_timeout,
+            _AGREED["id"] = agree_incarnation(store, ctx.rank, ctx.world_size, ctx.rpc_timeout,
                                   ctx.restart_count)
         return _AGREED["id"]
 

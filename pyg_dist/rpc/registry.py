@@ -1,9 +1,14 @@
 """RPC callees registered by name (never by a counter that must match across processes).
 
 The function sent over the wire is always :func:`dispatch`, referenced by module
-path; it looks the callee up by name in the receiving process. Every module that
-defines callees is imported by ``pyg_dist/__init__.py``, so importing this module
-on the receiving side registers them all.
+path; it looks the callee up by name in the receiving process. The registry knows no
+callee itself (rpc sits below the layers that define them): the layer that owns a
+callee registers it with :func:`callee` when its module is imported, and imports that
+module where it starts serving: ``pyg_dist.sampler.serving.CALLEE_MODULES``
+(``sampler.hop``, ``sampler.features``, ``sampler.has_edges``) and
+:mod:`pyg_dist.embedding.tensor` (``embedding.read``, ``embedding.write``, defined in
+:mod:`pyg_dist.embedding.shards`). A peer only calls a callee on a process
+that serves its object, which that process created through the owning layer.
 
 An exception raised by a callee comes back as a :class:`RemoteFailure` *value*, so
 the caller can tell "the callee raised ``KeyError``" (re-raised with its type, the
@@ -19,7 +24,7 @@ from typing import Any, Callable, Dict, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_CALLEES: Dict[str, Callable[..., Any]] = {}
+_CALLEES: Dict[str, Callable[..., Any]] = {}  # name -> callee (its __module__ owns it)
 _READ_ONLY: set = set()  # callees that only read partition files (may run on a mapped copy)
 
 
@@ -79,17 +84,17 @@ def reads_partition_only(name: str) -> bool:
 
 
 def lookup(name: str) -> Callable[..., Any]:
+    """The callee registered as ``name``; a ``KeyError`` naming the registered ones else."""
     fn = _CALLEES.get(name)
     if fn is None:
-        raise KeyError(f"no pyg_dist RPC callee named '{name}' in this process "
-                       f"(registered: {sorted(_CALLEES)})")
+        owners = sorted(f"{n} ({f.__module__})" for n, f in _CALLEES.items())
+        raise KeyError(f"no pyg_dist RPC callee named '{name}' in this process: the module "
+                       f"that defines it was not imported (registered: {owners})")
     return fn
 
 
 def run_local(name: str, *args: Any) -> Any:
     """Runs the callee ``name`` in this process (its exceptions propagate as they are)."""
-    import pyg_dist  # noqa: F401  (registers every callee of the package)
-
     return lookup(name)(*args)
 
 

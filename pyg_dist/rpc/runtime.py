@@ -243,11 +243,14 @@ def init_process_group(backend: Optional[str] = None, ctx: Optional[DistContext]
     return ctx
 
 
-def init_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] = None,
+def join_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] = None,
              group: str = "trainers", must_match: Optional[Dict[str, Any]] = None,
              error: Optional[BaseException] = None,
              info: Optional[Dict[str, Any]] = None) -> RpcGroup:
     """Joins (collectively) the RPC group ``group`` of ``ctx.world_size`` processes.
+
+    The RPC layer's join, serving given objects; :func:`pyg_dist.init_rpc` (which
+    serves a partition) calls it, and so do sampler worker processes.
 
     Every rank must call it. With ``world_size == 1`` no RPC agent is started: all
     calls run in-process. ``served`` are the objects this process serves to peers

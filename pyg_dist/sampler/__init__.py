@@ -2,7 +2,6 @@
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
-from pyg_dist.sampler import link as _link  # noqa: F401  registers its RPC callees on import
 from pyg_dist.sampler.serving import init_rpc
 from pyg_dist.sampler.types import SampledSubgraph, SamplingConfig
 

@@ -29,6 +29,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.local import serving_objects
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.source import FileId, PartitionSource
 
@@ -111,8 +112,6 @@ def choose(ctx: DistContext, num_parts: int, infos: List[Dict[str, Any]]
 def open_direct(infos: Dict[int, Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
     """Maps the chosen partitions' files: partition -> served objects (as the owner
     serves them); a partition whose files changed meanwhile is left to RPC."""
-    from pyg_dist.sampler.serving import _served
-
     out = {}
     for part, info in infos.items():
         graph_src, feat_src = _parse(info["graph"]), _parse(info["features"])
@@ -122,7 +121,7 @@ def open_direct(infos: Dict[int, Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
             log.info("pyg_dist: partition %d changed on disk while joining; reading it "
                      "over RPC", part)
             continue
-        out[part] = _served(features, graph)
+        out[part] = serving_objects(features, graph)
     return out
 
 

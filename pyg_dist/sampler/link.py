@@ -8,23 +8,45 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
+from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc.routing import fan_out
+from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.checks import RemoteResponseError
-from pyg_dist.sampler.types import LinkSeeds, SampledBatch
+from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler.types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig
+from pyg_dist.store import LocalGraphStore
 from pyg_dist.typing import EdgeType, NodeType
 
-if TYPE_CHECKING:
-    from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
-
 NEGATIVE_ROUNDS = 3
+
+
+class SubgraphSampler(Protocol):
+    """What link sampling uses of the
+    :class:`~pyg_dist.sampler.neighbor_sampler.DistNeighborSampler` calling it (a protocol:
+    the sampler imports this module, not the other way round)."""
+    meta: PartitionMeta
+    graph: LocalGraphStore
+    local: LocalSampler
+    group: RpcGroup
+    config: SamplingConfig
+
+    @property
+    def is_hetero(self) -> bool: ...
+
+    def by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]: ...
+
+    async def sample_subgraph(self, seeds: Dict[NodeType, Tensor],
+                              seed_time: Optional[Dict[NodeType, Tensor]] = None,
+                              rng: Optional[np.random.Generator] = None
+                              ) -> SampledSubgraph: ...
 
 
 @dataclass
@@ -54,11 +76,11 @@ def _serve_has_edges(edge_type: EdgeType, src: Tensor, dst: Tensor) -> Tensor:
     return has_edges(served("sampler"), edge_type, src, dst)
 
 
-async def _edge_mask(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Tensor,
+async def _edge_mask(sampler: SubgraphSampler, edge_type: EdgeType, src: Tensor,
                      dst: Tensor) -> Tensor:
     """Which ``(src, dst)`` pairs are edges, asked of the partitions owning ``dst``."""
     out = torch.zeros(src.numel(), dtype=torch.bool)
-    owners = sampler._by_owner(edge_type[2], dst)
+    owners = sampler.by_owner(edge_type[2], dst)
     group = sampler.group
     requests = [(pos, group.call_async(group.route(part), "sampler.has_edges", edge_type,
                                        src[pos], dst[pos]))
@@ -96,7 +118,7 @@ def _generator(rng: Optional[np.random.Generator]) -> Optional[torch.Generator]:
     return torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
 
 
-async def negatives(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Tensor,
+async def negatives(sampler: SubgraphSampler, edge_type: EdgeType, src: Tensor,
                     num_dst_per_src: int, neg: NegativeSampling,
                     gen: Optional[torch.Generator] = None) -> Tuple[Tensor, Tensor]:
     """Random ``(src, dst)`` non-edges: ``src`` given (or drawn if empty), ``dst`` drawn.
@@ -115,13 +137,13 @@ async def negatives(sampler: "DistNeighborSampler", edge_type: EdgeType, src: Te
     return src, dst
 
 
-def _input_edge_type(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput) -> EdgeType:
+def _input_edge_type(sampler: SubgraphSampler, inputs: EdgeSamplerInput) -> EdgeType:
     if inputs.input_type is None and sampler.is_hetero:
         raise ValueError("heterogeneous graph: the link input needs an input_type (edge type)")
     return sampler.meta.edge_type(inputs.input_type)
 
 
-async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
+async def link_seeds(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
                      neg: Optional[NegativeSampling],
                      gen: Optional[torch.Generator] = None) -> LinkInputs:
     """Positive and negative endpoints as seeds, and the batch's seed record."""
@@ -154,7 +176,7 @@ async def link_seeds(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
                      num_pos)
 
 
-def _assemble(sampler: "DistNeighborSampler", edge_type: EdgeType, inputs: EdgeSamplerInput,
+def _assemble(sampler: SubgraphSampler, edge_type: EdgeType, inputs: EdgeSamplerInput,
               src: Tensor, dst: Tensor, label: Optional[Tensor], src_time: Optional[Tensor],
               dst_time: Optional[Tensor], neg: Optional[NegativeSampling],
               num_pos: int) -> LinkInputs:
@@ -184,7 +206,7 @@ def _assemble(sampler: "DistNeighborSampler", edge_type: EdgeType, inputs: EdgeS
     return LinkInputs(seeds, times, record)
 
 
-async def sample_links(sampler: "DistNeighborSampler", inputs: EdgeSamplerInput,
+async def sample_links(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
                        neg: Optional[NegativeSampling],
                        rng: Optional[np.random.Generator] = None) -> SampledBatch:
     """Samples the neighbourhoods of a batch of seed edges (and negatives); ``rng``

@@ -187,6 +187,12 @@ class LocalSampler:
         return out
 
 
+def serving_objects(features: LocalFeatureStore, graph: LocalGraphStore) -> Dict[str, object]:
+    """What a process serving a partition holds for its peers' callees, by name
+    (``graph``, ``features`` and the ``sampler`` answering ``sampler.*`` callees)."""
+    return {"graph": graph, "features": features, "sampler": LocalSampler(graph, features)}
+
+
 @callee("sampler.hop", reads_partition_only=True)
 def _serve_hop(request: HopRequest) -> HopResponse:
     return served("sampler").hop(request)

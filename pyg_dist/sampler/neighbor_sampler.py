@@ -23,6 +23,7 @@ from pyg_dist.sampler import shared_cache
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_state import HopState
+from pyg_dist.sampler.link import sample_links
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
@@ -164,7 +165,7 @@ class DistNeighborSampler(BaseSampler):
             front = state.frontier.get(edge_type[2])
             if fanout == 0 or front is None:
                 continue
-            for part, pos in self._by_owner(edge_type[2], front.ids):
+            for part, pos in self.by_owner(edge_type[2], front.ids):
                 req, where = plan.setdefault(part, (self._request(rng_seed + 7919 * part), []))
                 req.edge_types.append(edge_type)
                 req.seeds.append(front.ids[pos])
@@ -179,7 +180,7 @@ class DistNeighborSampler(BaseSampler):
         return HopRequest([], [], [], [], c.replace, c.temporal_strategy, c.time_attr,
                           c.weight_attr, rng_seed)
 
-    def _by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]:
+    def by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]:
         """``(partition, positions)`` pairs covering ``ids``."""
         book = self.graph.node_book(node_type)
         return split_by_owner(ids, book.offsets, book.name)
@@ -252,8 +253,6 @@ class DistNeighborSampler(BaseSampler):
                            rng: Optional[np.random.Generator] = None) -> SampledBatch:
         """Samples a link-level batch around the seed edges (and negatives); ``rng``
         also draws the negatives (default: torch's global generator)."""
-        from pyg_dist.sampler.link import sample_links
-
         return await sample_links(self, inputs, neg_sampling, rng)
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:

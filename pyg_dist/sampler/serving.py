@@ -14,10 +14,15 @@ from typing import Any, Dict, Optional, Tuple
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.runtime import RpcGroup
-from pyg_dist.sampler import direct
-from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler import direct, link, local
+from pyg_dist.sampler.local import LocalSampler, serving_objects
 from pyg_dist.sampler.warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+
+#: the modules defining the callees a process serving a partition answers
+#: (``sampler.hop`` and ``sampler.features`` in local, ``sampler.has_edges`` in link):
+#: importing them registered those callees with :mod:`pyg_dist.rpc.registry`
+CALLEE_MODULES = (local, link)
 
 
 def check_stores(ctx: DistContext, features: LocalFeatureStore, graph: LocalGraphStore) -> None:
@@ -56,7 +61,7 @@ def init_rpc(ctx: Optional[DistContext] = None,
     """
     ctx = ctx or DistContext.from_env()
     if data is None:
-        return runtime.init_rpc(ctx, num_parts or ctx.world_size)
+        return runtime.join_rpc(ctx, num_parts or ctx.world_size)
     features, graph = data
     error: Optional[BaseException] = None
     try:
@@ -64,15 +69,11 @@ def init_rpc(ctx: Optional[DistContext] = None,
     except ValueError as exc:  # raised on every rank by the agreement
         error = exc
     warm_up()
-    group = runtime.init_rpc(ctx, graph.num_parts, _served(features, graph),
+    group = runtime.join_rpc(ctx, graph.num_parts, serving_objects(features, graph),
                              must_match=partitioning(graph), error=error,
                              info=direct.serving_info(ctx, features, graph))
     direct.attach(group, features, graph)
     return group
-
-
-def _served(features: LocalFeatureStore, graph: LocalGraphStore) -> dict:
-    return {"graph": graph, "features": features, "sampler": LocalSampler(graph, features)}
 
 
 def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
@@ -92,7 +93,7 @@ def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
     if sampler.graph is graph and sampler.features is features:
         return group, sampler
     if not group.ctx.is_distributed:  # standalone: serve the stores given now
-        group.served.update(_served(features, graph))
+        group.served.update(serving_objects(features, graph))
         return group, group.served["sampler"]
     if sampler.graph.part != graph.part or sampler.graph.meta.uid != graph.meta.uid:
         raise ValueError(f"this process already serves partition {sampler.graph.part} of "
@@ -115,7 +116,7 @@ def _start_serving(group: RpcGroup, features: LocalFeatureStore,
         error = exc
     warm_up()
     if error is None:  # before the agreement: peers may ask as soon as it returns
-        group.served.update(_served(features, graph))
+        group.served.update(serving_objects(features, graph))
     try:
         if group.ctx.is_distributed:
             group.infos = group.agree("serving a partition", partitioning(graph),

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from pyg_dist.rpc import DistContext, RpcPeerError, callee, current, init_rpc, shutdown_rpc
+from pyg_dist.rpc import DistContext, RpcPeerError, callee, current, join_rpc, shutdown_rpc
 from pyg_dist.testing import RanksFailed, run_ranks
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
@@ -32,7 +32,7 @@ def _attribute_error() -> None:
 
 def _roundtrip() -> dict:
     ctx = DistContext.from_env(rpc_timeout=20)
-    group = init_rpc(ctx, num_parts=ctx.world_size)
+    group = join_rpc(ctx, num_parts=ctx.world_size)
     out = {}
     for peer in range(ctx.world_size):
         value, who = group.call(peer, "test.echo", torch.arange(3) + peer, f"from {ctx.rank}")
@@ -74,7 +74,7 @@ def _gone(pid: int) -> bool:
 
 def _peer_dies() -> str:
     ctx = DistContext.from_env(rpc_timeout=15)
-    group = init_rpc(ctx, num_parts=ctx.world_size)
+    group = join_rpc(ctx, num_parts=ctx.world_size)
     group.call(1 - ctx.rank, "test.echo", torch.ones(1), "warm-up")
     pids = [None, None]
     torch.distributed.all_gather_object(pids, os.getpid())  # also: both warm-ups answered

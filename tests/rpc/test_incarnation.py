@@ -19,13 +19,13 @@ from pyg_dist.rpc.incarnation import IncarnationError
 
 def _agree_all(store: dist.Store, ranks: List[int], world_size: int, timeout: float = 10,
                delay: Optional[Dict[int, float]] = None, restart: int = 0) -> Dict[int, object]:
-    """Runs :func:`incarnation.agree` for ``ranks`` (threads); their ids or errors."""
+    """Runs :func:`incarnation.agree_incarnation` for ``ranks`` (threads); their ids or errors."""
     out: Dict[int, object] = {}
 
     def run(rank: int) -> None:
         time.sleep((delay or {}).get(rank, 0.0))
         try:
-            out[rank] = incarnation.agree(store, rank, world_size, timeout, restart)
+            out[rank] = incarnation.agree_incarnation(store, rank, world_size, timeout, restart)
         except IncarnationError as exc:
             out[rank] = exc
 

@@ -9,7 +9,7 @@ import torch
 
 from pyg_dist.rpc import network
 from pyg_dist.rpc.agreement import DisagreementError, agree, describe_values
-from pyg_dist.rpc.registry import RemoteFailure, RpcRemoteError, dispatch
+from pyg_dist.rpc.registry import RemoteFailure, RpcRemoteError, dispatch, lookup
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 
 
@@ -80,3 +80,14 @@ def test_fan_out_waits_for_every_reply_before_raising(caplog):
         asyncio.run(main())
     assert ran == [True] and seen == []  # replies after a failure are not used
     assert "never retrieved" not in caplog.text
+
+
+def test_unknown_callee_names_the_registered_ones_and_their_modules():
+    from pyg_dist.sampler.serving import CALLEE_MODULES
+
+    with pytest.raises(KeyError, match="no pyg_dist RPC callee named 'no.such'") as err:
+        lookup("no.such")
+    for name in ("sampler.hop", "sampler.features", "sampler.has_edges"):
+        assert lookup(name).__module__ in {m.__name__ for m in CALLEE_MODULES}
+        assert name in str(err.value)
+    assert lookup("embedding.read").__module__ == "pyg_dist.embedding.shards"
