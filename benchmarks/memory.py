@@ -101,7 +101,7 @@ def trainer_job(root: str, mmap: bool, batches: int) -> Dict[str, Any]:
 
     from pyg_dist import (DistContext, DistNeighborSampler, LocalFeatureStore,
                           LocalGraphStore, shutdown_rpc)
-    from pyg_dist.store.memory import process_memory
+    from pyg_dist.memory import process_memory
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=300)
@@ -223,7 +223,7 @@ def train_child(root: str, mmap: bool, seconds: float) -> None:
     classes = int(data[0].get_tensor(None, "y").max()) + 1
     model = GraphSAGE(x.size(1), 64, num_layers=2, out_channels=classes)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    from pyg_dist.store.memory import process_memory
+    from pyg_dist.memory import process_memory
 
     seeds, batches, start = 0, 0, time.perf_counter()
     for batch in loader:  # a line per batch: a run stopped at its time limit still reports

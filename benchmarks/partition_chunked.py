@@ -104,7 +104,7 @@ class AnonPeak:
     def __init__(self, interval: float = 0.25) -> None:
         import threading
 
-        from pyg_dist.store.memory import process_memory
+        from pyg_dist.memory import process_memory
 
         self.peak_mb, self._stop = 0.0, threading.Event()
 

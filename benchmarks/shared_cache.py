@@ -55,7 +55,7 @@ def _job(root: str, fraction: float, workers: int, batches: int, group: Optional
                           shutdown_rpc)
     from pyg_dist.format import io
     from pyg_dist.rpc import runtime
-    from pyg_dist.store.memory import process_memory
+    from pyg_dist.memory import process_memory
 
     ctx = dataclasses.replace(DistContext.from_env(rpc_timeout=300), direct_reads=False)
     meta = io.read_meta(root)

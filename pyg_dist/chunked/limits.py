@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pyg_dist.chunked.errors import ChunkedTooLargeError
-from pyg_dist.partition.assign import available_memory
+from pyg_dist.memory import available_memory
 
 #: what assembling a graph in memory and partitioning it holds per node, at least (the
 #: in-memory partitioner measured 73 bytes per node with the random method, more with METIS)

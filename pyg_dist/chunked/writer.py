@@ -26,8 +26,8 @@ from pyg_dist.chunked import arrays
 from pyg_dist.chunked.metadata import DATA_FORMATS, FORMATS, METADATA_FILE, FileFormat
 from pyg_dist.chunked.reader import ChunkedGraph
 from pyg_dist.format import io
-from pyg_dist.partition.progress import track
-from pyg_dist.partition.tables import GraphTables
+from pyg_dist.progress import track
+from pyg_dist.format.tables import GraphTables
 
 DEFAULT_CHUNK_SIZE = 1_000_000
 _EXT = {"numpy": "npy", "csv": "csv", "parquet": "parquet"}

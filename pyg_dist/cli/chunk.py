@@ -18,7 +18,7 @@ from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.cli.partition import MAX_SEED, load_dataset
 from pyg_dist.datasets.by_name import CHOICES
 from pyg_dist.datasets.errors import MissingDependencyError
-from pyg_dist.partition.progress import step
+from pyg_dist.progress import step
 
 PROG = "pyg-dist-chunk"
 INT_RANGES = {"chunk_size": (1, None), "seed": (0, MAX_SEED), "num_nodes": (2, None),

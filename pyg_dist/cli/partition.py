@@ -28,7 +28,7 @@ from pyg_dist.partition.api import (DEFAULT_RANK_BUDGET, PartitionResult, check_
                                     env_world_size, partition)
 from pyg_dist.partition.options import PartitionOptions
 from pyg_dist.partition.outofcore.budget import format_size, parse_size, peak_rss_bytes
-from pyg_dist.partition.progress import step
+from pyg_dist.progress import step
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
 

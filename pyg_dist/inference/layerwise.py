@@ -25,7 +25,7 @@ from pyg_dist.inference import gcn, rows
 from pyg_dist.inference.spec import LayerwiseSpec, NotLayerwiseError, spec_of
 from pyg_dist.inference.subgraph import OneHop, one_hop, ranges
 from pyg_dist.format.book import RangeBook
-from pyg_dist.partition.progress import track
+from pyg_dist.progress import track
 from pyg_dist.rpc import DistContext
 from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.serving import serving_group

@@ -20,7 +20,7 @@ from pyg_dist.embedding.comm import Comm
 from pyg_dist.embedding.layout import rank_offsets
 from pyg_dist.inference import rows
 from pyg_dist.loader import DistNeighborLoader
-from pyg_dist.partition.progress import track
+from pyg_dist.progress import track
 from pyg_dist.rpc import DistContext
 from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.serving import serving_group

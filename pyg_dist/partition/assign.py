@@ -17,23 +17,12 @@ from pyg_dist.partition.coarsen import (cluster, contract, deal_clusters,
 from pyg_dist.partition.common import node_groups, split_by_type
 from pyg_dist.partition.kernels import move_gain
 from pyg_dist.typing import NodeType
+from pyg_dist.memory import available_memory
 
 CLUSTERS_PER_PART = 256  # with coarsen: the size cap keeps at least this many per part
 # METIS's peak working memory per byte of int64 adjacency it is given, measured with
 # this pymetis build (64-bit indices): 7.6 GiB for a 1 GiB adjacency (124M entries).
 METIS_BYTES_PER_ADJACENCY_BYTE = 8
-
-
-def available_memory() -> Optional[int]:
-    """Bytes of memory available to new allocations (Linux ``MemAvailable``), or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def should_coarsen(adjacency_bytes: int, available: Optional[int]) -> bool:

@@ -20,7 +20,7 @@ Offsets = Dict[NodeType, Tuple[int, ...]]
 
 class GraphSchema(Protocol):
     """What the pipeline's writer needs to know of a graph before reading any of it:
-    types, counts and attribute specs. Both :class:`~pyg_dist.partition.tables.GraphTables`
+    types, counts and attribute specs. Both :class:`~pyg_dist.format.tables.GraphTables`
     (a ``Data``/``HeteroData`` in memory) and
     :class:`~pyg_dist.partition.outofcore.source.ChunkedSource` (a chunked folder)
     provide it.

@@ -24,7 +24,7 @@ from pyg_dist.partition.kaminpar_assign import kaminpar_module
 from pyg_dist.partition.memory import MemoryStages
 from pyg_dist.partition.options import PartitionOptions, check_options, method_label
 from pyg_dist.partition.pipeline import RunOptions, run_pipeline
-from pyg_dist.partition.tables import GraphTables
+from pyg_dist.format.tables import GraphTables
 
 __all__ = ["Partitioner", "PartitionTimings"]
 

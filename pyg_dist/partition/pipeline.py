@@ -27,7 +27,7 @@ from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.format.meta import PartitionMeta, PartStats
 from pyg_dist.partition.common import (EdgeMap, GraphSchema, Laps, NodeOrder, PartitionTimings,
                                        part_ids)
-from pyg_dist.partition.progress import step, track
+from pyg_dist.progress import step, track
 from pyg_dist.partition.writer import Array, PartHalo, PartPieces, graph_meta, part_halo, \
     write_part
 from pyg_dist.typing import EdgeType, NodeType

@@ -241,6 +241,11 @@ def start(ctx: DistContext, address: Optional[Tuple[str, int]] = None) -> Option
     return _WATCHDOG
 
 
+def running() -> Optional[Watchdog]:
+    """This process's watchdog, or None when none was started (a 1-rank job)."""
+    return _WATCHDOG
+
+
 def diagnose(ranks: Optional[List[int]] = None) -> str:
     """One line on the peers (of ``ranks``, default all) that failed or went silent;
     ``""`` when none did or no watchdog runs."""

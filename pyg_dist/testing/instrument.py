@@ -45,7 +45,7 @@ from pyg_dist import checkpoint
 from pyg_dist.checkpoint import files as checkpoint_files
 from pyg_dist.loader.base import DistLoader
 from pyg_dist.rpc import runtime
-from pyg_dist.store.memory import process_memory
+from pyg_dist.memory import process_memory
 
 PREFIX = "instrument: "
 

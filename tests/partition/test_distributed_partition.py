@@ -25,7 +25,7 @@ from pyg_dist.format import io
 from pyg_dist.partition import Partitioner
 from pyg_dist.partition.distributed import DistPartitioner
 from pyg_dist.partition.outofcore import OutOfCorePartitioner
-from pyg_dist.partition.tables import GraphTables
+from pyg_dist.format.tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
 from pyg_dist.testing.launch import run_ranks

@@ -15,7 +15,7 @@ from pyg_dist.cli.partition import main
 from pyg_dist.format import io
 from pyg_dist.format.id_maps import read_id_map
 from pyg_dist.partition.kernels import EdgeBlock, symmetric_csr
-from pyg_dist.partition.tables import GraphTables
+from pyg_dist.format.tables import GraphTables
 from test_roundtrip import check_roundtrip
 
 HAVE_KAMINPAR = importlib.util.find_spec("kaminpar") is not None

@@ -20,7 +20,7 @@ from pyg_dist.format import io
 from pyg_dist.partition import Partitioner
 from pyg_dist.format.manifest import MANIFEST_FILE
 from pyg_dist.partition.outofcore import MemoryBudgetError, OutOfCorePartitioner, parse_size
-from pyg_dist.partition.tables import GraphTables
+from pyg_dist.format.tables import GraphTables
 from test_roundtrip import check_roundtrip
 
 

@@ -9,7 +9,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.format import io
 from pyg_dist.format.integrity import verify_folder
-from pyg_dist.partition.tables import GraphTables
+from pyg_dist.format.tables import GraphTables
 from pyg_dist.typing import edge_key
 from pyg_dist.format.id_maps import read_id_map
 

@@ -20,7 +20,7 @@ import torch
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
 from pyg_dist.format import io
-from pyg_dist.store.memory import process_memory
+from pyg_dist.memory import process_memory
 from pyg_dist.testing import run_ranks
 
 FEAT_DIM = 800  # 20000 nodes x 800 float32 = 64 MB of features: well above process noise

@@ -34,7 +34,7 @@ from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, look
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain, sorted_unique
 from pyg_dist.partition.outofcore.scratch import Scratch
-from pyg_dist.store.memory import release_free_memory
+from pyg_dist.memory import release_free_memory
 
 _JIT = dict(cache=True, nogil=True)
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from pyg_dist.rpc import health
 from pyg_dist.rpc.agreement import PeerFailedError
-from pyg_dist.store.memory import release_free_memory
+from pyg_dist.memory import release_free_memory
 
 T = TypeVar("T")
 
@@ -112,7 +112,7 @@ def _named(message: str) -> str:
     """``message`` with the health watchdog's line on the rank that failed or went silent,
     waiting a few heartbeats for it: a killed peer breaks the connection at once, but is
     known to be silent only when its heartbeat stops moving."""
-    dog = health._WATCHDOG
+    dog = health.running()
     deadline = time.monotonic() + (4 * dog.config.interval + 1 if dog is not None else 0)
     while not health.diagnose() and time.monotonic() < deadline:
         time.sleep(0.2)

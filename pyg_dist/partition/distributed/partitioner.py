@@ -55,9 +55,9 @@ from pyg_dist.partition.outofcore.budget import DIST_BYTES_PER_NODE
 from pyg_dist.partition.outofcore.edges import EdgeBuckets, bucket_starts, part_csc
 from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import open_source
-from pyg_dist.partition.progress import step
+from pyg_dist.progress import step
 from pyg_dist.partition.writer import PartPieces, graph_meta, part_halo, write_part
-from pyg_dist.testing.hooks import kill_if_requested, partition_unshared
+from pyg_dist.hooks import kill_if_requested, partition_unshared
 from pyg_dist.typing import EdgeType, NodeType
 
 #: bytes held per edge while a destination range is put in CSC order: its records, the

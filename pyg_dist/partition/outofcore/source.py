@@ -1,7 +1,7 @@
 """A chunked graph seen the way the partitioner sees a ``Data``/``HeteroData``.
 
 :class:`ChunkedSource` gives the same typed view as
-:class:`~pyg_dist.partition.tables.GraphTables` (node and edge types, counts,
+:class:`~pyg_dist.format.tables.GraphTables` (node and edge types, counts,
 attribute specs, ``<split>_mask`` attributes) without reading any data: edges come
 one chunk at a time and data rows in bounded blocks from
 :class:`~pyg_dist.chunked.ChunkedGraph`.

@@ -1,4 +1,6 @@
-"""How much memory this process holds: resident (RSS) and proportional (PSS) set size.
+"""Memory of this process and machine: RSS/PSS held, memory available, giving freed memory back.
+
+Process figures: resident (RSS) and proportional (PSS) set size.
 
 PSS divides every shared page by the number of processes mapping it, so the PSS of
 all trainers on a machine sums to what they really hold together; with mapped
@@ -45,3 +47,15 @@ def release_free_memory() -> None:
             _LIBC.append(None)
     if _LIBC[0] is not None:
         _LIBC[0](0)
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
