@@ -168,7 +168,7 @@ def current(root: Path) -> Optional[str]:
     try:
         return fs.read_latest(root, _complete)
     except fs.PointerError as exc:
-        raise CheckpointError(f"checkpoint folder {exc}") from None
+        raise CheckpointError(f"checkpoint: {exc}") from None
 
 
 def version_files(folder: Path) -> List[str]:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Sequence, Union
 
-from pyg_dist import checkpoint
-from pyg_dist.checkpoint import CheckpointError
+from pyg_dist.checkpoint import CheckpointError, load, save
 
 __all__ = ["save_checkpoint", "load_checkpoint", "CheckpointError"]
 
@@ -58,7 +57,7 @@ def save_checkpoint(path: PathLike, embeddings: Sequence[Any] = (),
         CheckpointError, OSError, ...: this rank's failure; :class:`RuntimeError`
             naming the rank(s) that failed on the others.
     """
-    checkpoint.save(path, 0, _state(embeddings, optimizers, "save"), keep=1)
+    save(path, 0, _state(embeddings, optimizers, "save"), keep=1)
 
 
 def load_checkpoint(path: PathLike, embeddings: Sequence[Any] = (),
@@ -72,6 +71,6 @@ def load_checkpoint(path: PathLike, embeddings: Sequence[Any] = (),
             or does not hold what is asked for (:class:`RuntimeError` naming the rank
             on the other ranks).
     """
-    if checkpoint.load(path, _state(embeddings, optimizers, "load"), restore_rng=False) is None:
+    if load(path, _state(embeddings, optimizers, "load"), restore_rng=False) is None:
         raise CheckpointError(f"{path} holds no pyg_dist checkpoint (no {path}/LATEST): "
                               f"nothing to load")

@@ -131,7 +131,8 @@ def read_uid(folder: PathLike) -> Any:
 
 
 def save_json(obj: Any, path: PathLike) -> None:
-    """Writes ``obj`` as JSON into ``path`` atomically (:func:`~pyg_dist.format.files.write_json`)."""
+    """Writes ``obj`` as JSON into ``path`` atomically (see
+    :func:`~pyg_dist.format.files.write_json`)."""
     files.write_json(path, obj)
 
 

@@ -16,8 +16,9 @@ from typing import Callable, Dict
 import pytest
 import torch
 
+from pyg_dist import checkpoint
 from pyg_dist.embedding import (CheckpointError, DistEmbedding, SparseAdagrad, SparseAdam,
-                                load_checkpoint, save_checkpoint)
+                                SparseOptimizer, load_checkpoint, save_checkpoint)
 from pyg_dist.format.digest import file_digest
 
 N, D = 10, 3
@@ -94,7 +95,7 @@ def _state(emb: DistEmbedding, opt: SparseAdam) -> Dict[str, torch.Tensor]:
     return out
 
 
-def _train(emb: DistEmbedding, opt: SparseAdam, seed: int) -> None:
+def _train(emb: DistEmbedding, opt: SparseOptimizer, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     for _ in range(2):
         opt.zero_grad()
@@ -281,3 +282,29 @@ def test_a_hyper_parameter_edited_in_place_is_named(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=re.escape(str(rank_file))):
         load_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
     assert opt.lr == 0.25
+
+
+def test_tables_and_optimizers_are_entries_of_the_one_checkpoint(tmp_path: Path) -> None:
+    """``DistEmbedding`` and sparse optimizers are Stateful: ``state={...}`` takes them
+    under any key, and their ``load_state_dict`` refuses the state of another table."""
+    emb = _table("stateful_table", seed=2.0)
+    opt = SparseAdagrad(emb, lr=0.3, eps=1e-4)
+    _train(emb, opt, seed=3)
+    rows, sums = emb.weight[torch.arange(N)], opt.state[emb.name]["sum"][torch.arange(N)]
+    checkpoint.save(tmp_path, 5, {"table": emb, "adagrad": opt, "epoch": 2})
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    opt.state[emb.name]["sum"][torch.arange(N)] = torch.zeros(N, D)
+    opt.lr = 1.0
+    state = {"table": emb, "adagrad": opt, "epoch": 0}
+    assert checkpoint.load(tmp_path, state).step == 5 and state["epoch"] == 2
+    assert torch.equal(emb.weight[torch.arange(N)], rows)
+    assert torch.equal(opt.state[emb.name]["sum"][torch.arange(N)], sums)
+    assert (opt.lr, opt.eps) == (0.3, 1e-4)
+    other = _table("stateful_other")
+    with pytest.raises(ValueError, match="DistEmbedding 'stateful_other' cannot load the "
+                                         "state of table 'stateful_table'"):
+        checkpoint.load(tmp_path, {"table": other})
+    with pytest.raises(ValueError, match=r"SparseAdagrad of tables \['stateful_other'\] "
+                                         r"cannot load the state of one of tables "
+                                         r"\['stateful_table'\]"):
+        checkpoint.load(tmp_path, {"adagrad": SparseAdagrad(other, lr=0.1)})
