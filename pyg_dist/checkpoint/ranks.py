@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 import torch.distributed as dist
 
 from pyg_dist.rpc import runtime
+from pyg_dist.rpc.agreement import exchange
 
 
 @dataclass
@@ -26,12 +27,11 @@ class Ranks:
         return cls(0, 1, None)
 
     def gather(self, error: Optional[BaseException], value: Any, what: str) -> List[Any]:
-        """Every rank's ``value``; raises on every rank if ``what`` failed on any."""
+        """Every rank's ``value``; raises on every rank if ``what`` failed on any (a peer
+        that died or stays silent is a ``PeerFailedError`` naming it, after the group's
+        timeout)."""
         message = None if error is None else f"{type(error).__name__}: {error}"
-        gathered = [(message, value)]
-        if self.world_size > 1:
-            gathered = [None] * self.world_size
-            dist.all_gather_object(gathered, (message, value), group=self.group)
+        gathered = exchange((message, value), what, self.world_size, self.group)
         if error is not None:
             raise error
         failed = [f"rank {r}: {m}" for r, (m, _) in enumerate(gathered) if m is not None]
