@@ -133,12 +133,12 @@ def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> Non
     elif mode == "dist":  # one rank of several (torchrun's environment, set by the parent)
         from datetime import timedelta
 
-        from pyg_dist.partition.distributed import Comm, DistPartitioner
+        from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
         from pyg_dist.rpc.runtime import init_process_group
 
         ctx = init_process_group("gloo", timeout=timedelta(hours=2))
         part = DistPartitioner(input, num_parts, out, budget,
-                               comm=Comm(ctx.rank, ctx.world_size), progress=False)
+                               comm=ArrayComm(ctx.rank, ctx.world_size), progress=False)
         meta = part.generate()
         extra["rank"] = ctx.rank
     else:

@@ -55,33 +55,8 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
 ONE_MEANING = ("init_rpc", "agree", "Comm")
 
 # Known violations, by key (the part of a message before " (at "). Each must still
-# occur (test_pending_entries_still_exist); the integrator empties it after merging.
-PENDING: Set[str] = {
-    # removed by the partition/checkpoint rework (violations inside pyg_dist/partition/
-    # and pyg_dist/embedding/checkpoint*.py, which are being rewritten in parallel):
-    "pyg_dist.partition.distributed.assign -> pyg_dist.memory.release_free_memory",
-    "pyg_dist.partition.distributed.comm -> pyg_dist.rpc.health",
-    "pyg_dist.partition.distributed.comm -> pyg_dist.rpc.health._WATCHDOG",
-    "pyg_dist.partition.distributed.comm -> pyg_dist.rpc.agreement.PeerFailedError",
-    "pyg_dist.partition.distributed.comm -> pyg_dist.memory.release_free_memory",
-    "pyg_dist.partition.distributed.partitioner -> pyg_dist.rpc.agreement.PeerFailedError",
-    "pyg_dist.partition.distributed.partitioner -> pyg_dist.rpc.agreement.DisagreementError",
-    "pyg_dist.partition.distributed.partitioner -> pyg_dist.partition.partitioner._Laps",
-    "pyg_dist.partition.distributed.partitioner -> pyg_dist.format.io._swap_in",
-    "pyg_dist.partition.kaminpar_assign -> pyg_dist.partition.assign._train_mask",
-    "pyg_dist.partition.kaminpar_assign -> pyg_dist.partition.assign._type_offsets",
-    "pyg_dist.partition.outofcore.partitioner -> pyg_dist.partition.partitioner._Laps",
-    "cycle ['pyg_dist.partition.assign', 'pyg_dist.partition.kaminpar_assign']",
-    "cycle ['pyg_dist.embedding.checkpoint', 'pyg_dist.embedding.embedding', "
-    "'pyg_dist.embedding.optim']",
-    "Comm defined in ['pyg_dist.embedding.comm', 'pyg_dist.partition.distributed.comm']",
-    # removed by the partition rework: chunked (below partition: partition reads it)
-    # uses helpers that live in partition/ and belong below both (progress bars, the
-    # memory probe, GraphTables); the rework should move them down to format/
-    "pyg_dist.chunked.limits -> pyg_dist.partition.assign.available_memory",
-    "pyg_dist.chunked.writer -> pyg_dist.progress.track",
-    "pyg_dist.chunked.writer -> pyg_dist.format.tables.GraphTables",
-}
+# occur (test_pending_entries_still_exist). Empty: a new violation is fixed, not listed.
+PENDING: Set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -291,8 +266,8 @@ def test_checks_name_the_offending_import(tmp_path: Path) -> None:
         assert any("pyg_dist.rpc.registry" in k for k, _ in cycles())
     finally:
         USES.remove(fake)
-    lazy = [u for u in USES if u.source == "pyg_dist.cli.partition"
-            and u.target == "pyg_dist.partition.outofcore"]
+    lazy = [u for u in USES if u.source == "pyg_dist.loader.workers"  # inside a function
+            and u.target == "pyg_dist.sampler.warmup"]
     assert lazy, "function-level imports must be part of the graph"
 
 

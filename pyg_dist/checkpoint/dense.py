@@ -20,7 +20,7 @@ import io
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, Tuple
 
 import torch
 import torch.distributed as dist
@@ -28,11 +28,13 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict,
-                                                     set_model_state_dict, set_state_dict)
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
+                                                     get_optimizer_state_dict,
+                                                     set_model_state_dict,
+                                                     set_optimizer_state_dict)
 
+from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.files import regular_file
-from pyg_dist.embedding.checkpoint_manifest import CheckpointError
 
 METADATA = ".metadata"
 _DCP_META = "torch.distributed.checkpoint.metadata"
@@ -150,11 +152,15 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         super().load_bytes(read_item, plain)
 
 
-def _state(model: torch.nn.Module, optimizers: List[torch.optim.Optimizer]) -> Dict[str, Any]:
-    if optimizers:
-        model_state, optim_state = get_state_dict(model, optimizers)
-        return {"model": model_state, "optim": optim_state}
-    return {"model": get_model_state_dict(model)}
+Optimizers = Dict[str, Tuple[torch.optim.Optimizer, torch.nn.Module]]
+
+
+def _state(modules: Dict[str, torch.nn.Module], optimizers: Optimizers) -> Dict[str, Any]:
+    """DCP state dicts by key: each module's, and each optimizer's (by its module)."""
+    out: Dict[str, Any] = {key: get_model_state_dict(m) for key, m in modules.items()}
+    for key, (optim, module) in optimizers.items():
+        out[key] = get_optimizer_state_dict(module, optim)
+    return out
 
 
 @contextlib.contextmanager
@@ -166,11 +172,12 @@ def _single_process_quiet() -> Iterator[bool]:
         yield not dist.is_initialized()
 
 
-def save_dense(folder: Path, model: torch.nn.Module, optimizers: List[torch.optim.Optimizer],
+def save_dense(folder: Path, modules: Dict[str, torch.nn.Module], optimizers: Optimizers,
                group: Any) -> None:
-    """Collective: writes ``model`` (and ``optimizers``) into the DCP folder ``folder``."""
+    """Collective: writes ``modules`` and ``optimizers`` (``{key: (optimizer, its
+    module)}``) into the DCP folder ``folder``, under their keys."""
     with _single_process_quiet() as no_dist:
-        dcp.save(_state(model, optimizers), checkpoint_id=str(folder), process_group=group,
+        dcp.save(_state(modules, optimizers), checkpoint_id=str(folder), process_group=group,
                  no_dist=no_dist)
 
 
@@ -186,24 +193,23 @@ def _failure(folder: Path, exc: BaseException) -> CheckpointError:
     return CheckpointError(f"{folder}: cannot be loaded ({type(cause).__name__}: {cause})")
 
 
-def load_dense(folder: Path, model: torch.nn.Module, optimizers: List[torch.optim.Optimizer],
+def load_dense(folder: Path, modules: Dict[str, torch.nn.Module], optimizers: Optimizers,
                group: Any) -> None:
-    """Collective: fills ``model`` (and ``optimizers``) from the DCP folder ``folder``.
+    """Collective: fills ``modules`` and ``optimizers`` from the DCP folder ``folder``.
 
     Raises:
         CheckpointError: naming the folder or file when it cannot be loaded (also for
             DCP's ``CheckpointException``).
     """
-    state = _state(model, optimizers)
+    state = _state(modules, optimizers)
     try:
         with _single_process_quiet() as no_dist:
             dcp.load(state, checkpoint_id=str(folder), process_group=group, no_dist=no_dist,
                      storage_reader=SafeReader(str(folder)),
                      planner=SafeLoadPlanner(folder))
-        if optimizers:
-            set_state_dict(model, optimizers, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
-        else:
-            set_model_state_dict(model, state["model"])
+        for key, module in modules.items():
+            set_model_state_dict(module, state[key])
+        for key, (optim, module) in optimizers.items():
+            set_optimizer_state_dict(module, optim, optim_state_dict=state[key])
     except (Exception, CheckpointException) as exc:
         raise _failure(folder, exc) from None

@@ -1,33 +1,30 @@
-"""The files of a training checkpoint folder: versions, the ``LATEST`` pointer, the
-version's ``info.json`` and every rank's small state file.
+"""The files of a checkpoint folder: versions, ``info.json`` and every rank's state file.
 
 ::
 
-    DIR/LATEST                          the current version, e.g. "step000000120-3f9c1a7e"
-    DIR/<version>/model/                torch.distributed.checkpoint of model + optimizer
-    DIR/<version>/embeddings/           pyg_dist.embedding checkpoint (tables + sparse optim)
-    DIR/<version>/rank_<r>.pt           rank r: loader positions and torch's RNG state
-    DIR/<version>/info.json             written last: step, world size, what the version holds,
-                                        and the digest of every other file of the version
+    DIR/LATEST                  the current version, e.g. "step000000120-3f9c1a7e"
+    DIR/<version>/model/        torch.distributed.checkpoint of every module and optimizer
+                                entry, keyed by the user's keys
+    DIR/<version>/shards/       rows of sharded tensors (DistEmbedding tables, sparse
+                                optimizer state) by global row: e_i_r<rank>.pt
+    DIR/<version>/rank_<r>.pt   rank r: loader positions, the plain part of every stateful
+                                entry's state_dict, torch's RNG state
+    DIR/<version>/info.json     written last: step, world size, every entry's kind, the JSON
+                                values, where each sharded tensor's rows are, and the
+                                digest of every other file of the version
 
-A save writes a new version folder; ``info.json`` is written once every rank finished,
-then ``LATEST`` is replaced atomically (temporary file, fsync, ``os.replace``), then
-versions beyond the newest ``keep`` are removed. A crash at any point leaves ``LATEST``
+Versions and ``LATEST`` are :mod:`pyg_dist.format.files`'s versioned folders: a save writes
+a new version, ``info.json`` once every rank finished, then replaces ``LATEST`` atomically,
+then removes versions beyond the newest ``keep``. A crash at any point leaves ``LATEST``
 naming the previous, complete version.
 
-Every file of a version but ``info.json`` has its digest (:mod:`pyg_dist.format.digest`)
-in ``info.json`` (version 2): a file changed in place, truncated or missing is named at load.
-Version 1 (no digests) is still read. ``LATEST`` must be a regular file naming a complete
-version; anything else is a :class:`CheckpointError`, never "no checkpoint".
+``info.json`` is version 3. Versions 1 and 2 (fixed model/optimizer/embeddings slots, an
+embedding checkpoint of their own) are refused with a message naming the version.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
-import re
-import stat
-import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional
@@ -35,21 +32,20 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.checkpoint_files import atomic_write, remove
-from pyg_dist.embedding.checkpoint_manifest import CheckpointError
-from pyg_dist.loader.state import LoaderState
+from pyg_dist.checkpoint.entries import KINDS
+from pyg_dist.checkpoint.errors import CheckpointError
+from pyg_dist.checkpoint.sharded import TensorEntry
+from pyg_dist.format import files as fs
 from pyg_dist.format.digest import DigestMismatch, check_file, file_digest
+from pyg_dist.loader.state import LoaderState
 
-log = logging.getLogger("pyg_dist")
-
-LATEST = "LATEST"
+LATEST = fs.LATEST
 INFO = "info.json"
 MODEL = "model"
-EMBEDDINGS = "embeddings"
+SHARDS = "shards"
 FORMAT = "pyg_dist.checkpoint"
-VERSION = 2
-_READS = (1, VERSION)  # version 1: no digests
-_NAME = re.compile(r"step(\d{9,})-[0-9a-f]{8}")
+VERSION = 3
+_RANK_KEYS = {"rank", "world_size", "loaders", "stateful", "torch_rng"}
 
 
 def rank_file(rank: int) -> str:
@@ -64,72 +60,73 @@ class Info:
         step: the training step the user saved at.
         world_size: ranks that saved it.
         incarnation: torchrun restarts of the saving job (``TORCHELASTIC_RESTART_COUNT``).
-        model, optimizer, embeddings: whether the version holds them (``optimizer``: the
-            dense optimizers' state, beside the model's).
-        loaders: loader states per rank.
-        extra: the user's JSON values.
-        digests: ``{path relative to the version folder: digest}`` of every other file
-            of the version (``None`` in version 1 files, which have none).
+        entries: ``{key: [kind, class name of a stateful entry or ""]}``.
+        values: ``{key: value}`` of the JSON entries.
+        sharded: ``{key: [tensor entry]}`` of the stateful entries' sharded tensors.
+        digests: ``{path relative to the version folder: digest}`` of every other file.
     """
     step: int
     world_size: int
     incarnation: int
-    model: bool
-    optimizer: bool
-    embeddings: bool
-    loaders: int
-    extra: Dict[str, Any] = field(default_factory=dict)
-    digests: Optional[Dict[str, str]] = None
+    entries: Dict[str, List[str]] = field(default_factory=dict)
+    values: Dict[str, Any] = field(default_factory=dict)
+    sharded: Dict[str, List[Dict[str, Any]]] = field(default_factory=dict)
+    digests: Dict[str, str] = field(default_factory=dict)
     format: str = FORMAT
     version: int = VERSION
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
+    def tensors(self, key: str, folder: Path) -> List[TensorEntry]:
+        """The checked sharded tensor entries of ``key``."""
+        where = folder / INFO
+        return [TensorEntry.from_json(raw, f"{where}: sharded['{key}'][{i}]")
+                for i, raw in enumerate(self.sharded.get(key, []))]
+
     @classmethod
     def read(cls, file: Path) -> "Info":
         """Reads and checks ``file``; raises :class:`CheckpointError` naming it."""
         try:
-            regular_file(file)
+            fs.regular_file(file)
             raw = json.loads(file.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{file}: cannot read ({exc})") from None
-        version = raw.get("version") if isinstance(raw, dict) else None
-        names = {f.name: f.type for f in fields(cls) if version != 1 or f.name != "digests"}
-        if not isinstance(raw, dict) or set(raw) != set(names):
-            got = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
-            raise CheckpointError(f"{file}: expected the fields {sorted(names)}, got {got}")
-        kinds = {"int": int, "bool": bool, "str": str}
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise CheckpointError(f"{file}: not a {FORMAT} file")
+        if raw.get("version") != VERSION:
+            raise CheckpointError(f"{file}: {FORMAT} version {raw.get('version')!r} (written by "
+                                  f"an earlier pyg_dist with fixed model/optimizer/embeddings "
+                                  f"slots); this release reads version {VERSION} only: "
+                                  f"start from scratch or save again with this release")
+        names = {f.name: f.type for f in fields(cls)}
+        if set(raw) != set(names):
+            raise CheckpointError(f"{file}: expected the fields {sorted(names)}, got "
+                                  f"{sorted(raw)}")
         for name, kind in names.items():
-            want = kinds.get(kind.split("[")[0], dict)
-            value = raw[name]
-            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-                raise CheckpointError(f"{file}: field '{name}' must be {want.__name__}, got "
-                                      f"{value!r}")
+            want = {"int": int, "str": str}.get(kind, dict)
+            if not isinstance(raw[name], want) or isinstance(raw[name], bool):
+                raise CheckpointError(f"{file}: field '{name}' must be {want.__name__}")
         info = cls(**raw)
-        if info.format != FORMAT or info.version not in _READS:
-            raise CheckpointError(f"{file}: not a {FORMAT} file of version "
-                                  f"{' or '.join(map(str, _READS))} ({info.format!r} version "
-                                  f"{info.version})")
-        if info.step < 0 or info.world_size < 1 or info.loaders < 0:
-            raise CheckpointError(f"{file}: step, world_size or loaders out of range")
-        for rel, value in (info.digests or {}).items():
+        info.check(file)
+        return info
+
+    def check(self, file: Path) -> None:
+        if self.step < 0 or self.world_size < 1:
+            raise CheckpointError(f"{file}: step or world_size out of range")
+        for key, spec in self.entries.items():
+            if not isinstance(spec, list) or len(spec) != 2 or spec[0] not in KINDS \
+                    or not isinstance(spec[1], str):
+                raise CheckpointError(f"{file}: entries['{key}'] must be [kind, class], got "
+                                      f"{spec!r}")
+        for name in ("values", "sharded"):
+            extra = set(getattr(self, name)) - set(self.entries)
+            if extra:
+                raise CheckpointError(f"{file}: {name} of unknown entries {sorted(extra)}")
+        for rel, value in self.digests.items():
             if not _inside(rel) or not isinstance(value, str):
                 raise CheckpointError(f"{file}: field 'digests' must map paths inside the "
                                       f"version to digests, got {rel!r}: {value!r}")
-        return info
-
-
-def regular_file(file: Path) -> os.stat_result:
-    """``lstat`` of ``file``; raises :class:`CheckpointError` naming it unless it is a
-    regular file (a folder, FIFO, device or link is refused before anything reads it)."""
-    try:
-        info = os.lstat(file)
-    except OSError as exc:
-        raise CheckpointError(f"{file}: missing or unreadable ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise CheckpointError(f"{file}: not a regular file")
-    return info
 
 
 def _inside(rel: str) -> bool:
@@ -139,41 +136,39 @@ def _inside(rel: str) -> bool:
         and "\\" not in rel and str(path) == rel
 
 
+def regular_file(file: Path) -> os.stat_result:
+    """``lstat`` of ``file``; raises :class:`CheckpointError` naming it unless it is a
+    regular file (a folder, FIFO, device or link is refused before anything reads it)."""
+    try:
+        return fs.regular_file(file)
+    except fs.PointerError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / INFO).is_file()
+
+
 def check_pointer(root: Path) -> bool:
     """Whether ``root/LATEST`` exists; raises :class:`CheckpointError` naming it when it
-    exists but is not a regular file (e.g. a folder or a FIFO)."""
-    pointer = root / LATEST
-    if not os.path.lexists(pointer):
-        return False
-    regular_file(pointer)
-    return True
+    exists but is not a regular file."""
+    try:
+        return fs.has_latest(root)
+    except fs.PointerError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def current(root: Path) -> Optional[str]:
-    """The version ``LATEST`` names (``None`` when there is no checkpoint yet: no ``root``
-    or no ``LATEST`` in it).
+    """The version ``LATEST`` names (``None`` when there is no checkpoint yet).
 
     Raises:
         CheckpointError: naming ``root`` or ``LATEST`` when ``root`` is not a folder, or
             ``LATEST`` is not a regular file naming a complete version.
     """
-    if not os.path.lexists(root):
-        return None
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoint folder {root} is not a folder")
-    if not check_pointer(root):
-        return None
-    pointer = root / LATEST
     try:
-        with open(pointer, "rb") as handle:
-            name = handle.read(256).decode("utf-8", errors="replace").strip()
-    except OSError as exc:
-        raise CheckpointError(f"{pointer}: cannot be read ({exc.strerror})") from None
-    if not _NAME.fullmatch(name) or not (root / name).is_dir() \
-            or not (root / name / INFO).is_file():
-        raise CheckpointError(f"{pointer} names {name[:80]!r}, which is not a complete "
-                              f"version of this checkpoint folder")
-    return name
+        return fs.read_latest(root, _complete)
+    except fs.PointerError as exc:
+        raise CheckpointError(f"checkpoint: {exc}") from None
 
 
 def version_files(folder: Path) -> List[str]:
@@ -195,82 +190,59 @@ def digest_files(folder: Path, names: List[str]) -> Dict[str, str]:
 
 
 def verify_files(folder: Path, digests: Dict[str, str], names: List[str]) -> None:
-    """Checks the files ``names`` of ``folder`` against ``digests``.
-
-    Raises:
-        CheckpointError: naming the file that is missing, not a regular file, or whose
-            bytes differ from those saved.
-    """
+    """Checks the files ``names`` of ``folder`` against ``digests``; raises
+    :class:`CheckpointError` naming one that is missing, not regular, or changed."""
     for name in names:
         file = folder / name
-        regular_file(file)
         try:
+            fs.regular_file(file)
             check_file(file, digests[name])
-        except (DigestMismatch, OSError) as exc:
+        except (DigestMismatch, OSError, fs.PointerError) as exc:
             raise CheckpointError(str(exc)) from None
-
-
-_warned_old: List[bool] = []
-
-
-def note_old_version(folder: Path) -> None:
-    """Logs once, at debug level, that a version without digests is loaded unverified."""
-    if not _warned_old:
-        _warned_old.append(True)
-        log.debug("pyg_dist.checkpoint: %s was saved without file digests (version 1): its "
-                  "files are checked, but not against digests", folder)
-
-
-def new_name(step: int) -> str:
-    return f"step{step:09d}-{uuid.uuid4().hex[:8]}"
 
 
 def publish(root: Path, name: str, info: Info, keep: int) -> None:
     """Completes version ``name``, points ``LATEST`` at it, keeps the newest ``keep``."""
-    atomic_write(root / name / INFO, lambda f: f.write(info.to_json()), binary=False)
-    atomic_write(root / LATEST, lambda f: f.write(name + "\n"), binary=False)
-    versions = sorted((p for p in root.iterdir() if _NAME.fullmatch(p.name) and p.is_dir()),
-                      key=lambda p: (int(_NAME.fullmatch(p.name).group(1)),
-                                     (p / INFO).stat().st_mtime if (p / INFO).exists() else 0))
-    complete = [p for p in versions if (p / INFO).is_file() and p.name != name]
-    broken = [p for p in versions if not (p / INFO).is_file() and p.name != name]
-    for old in complete[:max(0, len(complete) - (keep - 1))] + broken:  # crashed saves too
-        remove(old)
-    for stale in root.glob(".*.tmp"):
-        remove(stale)
+    fs.write_text(root / name / INFO, info.to_json())
+    fs.write_latest(root, name)
+    fs.prune(root, name, keep, _complete)
 
 
-def write_rank_state(file: Path, rank: int, world_size: int, loaders: List[Dict[str, Any]],
-                     rng: Tensor) -> None:
-    obj = {"rank": rank, "world_size": world_size, "loaders": loaders, "torch_rng": rng}
-    atomic_write(file, lambda f: torch.save(obj, f))
+def write_rank_state(file: Path, rank: int, world_size: int, loaders: Dict[str, Any],
+                     stateful: Dict[str, Any], rng: Tensor) -> None:
+    """Writes rank ``rank``'s loader positions, plain stateful state and RNG state."""
+    obj = {"rank": rank, "world_size": world_size, "loaders": loaders, "stateful": stateful,
+           "torch_rng": rng}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fs.atomic_write(file, lambda f: torch.save(obj, f))
 
 
-def read_rank_state(file: Path, world_size: int, num_loaders: int) -> Dict[str, Any]:
-    """Loads a rank's state with ``weights_only=True`` and checks it; raises
-    :class:`CheckpointError` naming the file."""
-    regular_file(file)
+def read_rank_state(file: Path, world_size: int, loaders: List[str],
+                    stateful: List[str]) -> Dict[str, Any]:
+    """Loads a rank's state with ``weights_only=True`` and checks it holds ``loaders`` and
+    ``stateful`` (keys); raises :class:`CheckpointError` naming the file."""
     try:
+        fs.regular_file(file)
         obj = torch.load(file, weights_only=True)
+    except fs.PointerError as exc:
+        raise CheckpointError(str(exc)) from None
     except Exception as exc:  # any unpickling failure: report it with the file
         raise CheckpointError(f"{file}: cannot load ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-    if not isinstance(obj, dict) or set(obj) != {"rank", "world_size", "loaders", "torch_rng"}:
-        raise CheckpointError(f"{file}: expected a dict with rank, world_size, loaders and "
-                              f"torch_rng")
-    if not isinstance(obj["loaders"], list):
-        raise CheckpointError(f"{file}: loaders must be a list, got "
-                              f"{type(obj['loaders']).__name__}")
-    if obj["world_size"] != world_size or len(obj["loaders"]) != num_loaders:
-        raise CheckpointError(f"{file}: holds {len(obj['loaders'])} loader state(s) of world "
-                              f"size {obj['world_size']}, expected {num_loaders} of "
-                              f"{world_size}")
+    if not isinstance(obj, dict) or set(obj) != _RANK_KEYS:
+        raise CheckpointError(f"{file}: expected a dict with {sorted(_RANK_KEYS)}")
+    for name, keys in (("loaders", loaders), ("stateful", stateful)):
+        if not isinstance(obj[name], dict) or not set(keys) <= set(obj[name]):
+            raise CheckpointError(f"{file}: {name} must hold {sorted(keys)}")
+    if obj["world_size"] != world_size:
+        raise CheckpointError(f"{file}: saved by world size {obj['world_size']!r}, info.json "
+                              f"says {world_size}")
     rng = obj["torch_rng"]
     if not isinstance(rng, Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
         raise CheckpointError(f"{file}: torch_rng must be a 1-D uint8 tensor")
-    for i, state in enumerate(obj["loaders"]):
+    for key in loaders:
         try:
-            LoaderState.from_dict(state, f"loader {i}")
+            LoaderState.from_dict(obj["loaders"][key], f"loader '{key}'")
         except ValueError as exc:
             raise CheckpointError(f"{file}: {exc}") from None
     return obj

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from pyg_dist.embedding.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.embedding.layout import PartitionLike
 from pyg_dist.embedding.tensor import DistTensor, Index, InitFunc
 
@@ -134,18 +135,37 @@ class DistEmbedding:
         self._consumed = 0
 
     # ---- checkpoints ---------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """The Stateful form :mod:`pyg_dist.checkpoint` saves: the table's name and its
+        rows (a sharded tensor, saved by global row and resharded on load)."""
+        return {"name": self.name, "weight": self.weight}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Checks ``state_dict`` as :mod:`pyg_dist.checkpoint` fills it (the rows are
+        copied into this table's own ``weight`` in place).
+
+        Raises:
+            ValueError: for the state of another table, or rows that are not this table's.
+        """
+        if not isinstance(state_dict, dict) or set(state_dict) != {"name", "weight"}:
+            raise ValueError("DistEmbedding.load_state_dict: expected name and weight")
+        if state_dict["name"] != self.name:
+            raise ValueError(f"DistEmbedding '{self.name}' cannot load the state of table "
+                             f"{state_dict['name']!r}")
+        if state_dict["weight"] is not self.weight:
+            raise ValueError("DistEmbedding.load_state_dict: weight must be this table's own "
+                             "DistTensor, filled in place (load with pyg_dist.checkpoint)")
+
     def save(self, path: PathLike) -> None:
         """Saves the table by global id, atomically, into the checkpoint folder
         ``path`` (collective; ``path`` must be visible to every rank). To save its
         optimizer state with it in one checkpoint, use
-        :func:`pyg_dist.embedding.save_checkpoint`."""
-        from pyg_dist.embedding.checkpoint import save_checkpoint  # (imports this module)
+        :func:`pyg_dist.embedding.save_checkpoint` or :func:`pyg_dist.checkpoint.save`."""
         save_checkpoint(path, embeddings=[self])
 
     def load(self, path: PathLike) -> None:
         """Reads this table (matched by name) from a checkpoint, on any number of ranks
         (collective)."""
-        from pyg_dist.embedding.checkpoint import load_checkpoint  # (imports this module)
         load_checkpoint(path, embeddings=[self])
 
     def __repr__(self) -> str:

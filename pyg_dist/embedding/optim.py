@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from pyg_dist.embedding.checkpoint import load_checkpoint, save_checkpoint
 from pyg_dist.embedding.embedding import DistEmbedding, PathLike
 from pyg_dist.embedding.tensor import DistTensor
 
@@ -163,18 +164,54 @@ class SparseOptimizer:
         return {f"{name}/{s}": t for name, states in self.state.items()
                 for s, t in states.items()}
 
+    def state_dict(self) -> Dict[str, Any]:
+        """The Stateful form :mod:`pyg_dist.checkpoint` saves: the tables' names, the
+        hyper-parameters and the per-row state (sharded, saved by global row)."""
+        return {"params": [e.name for e in self.params],
+                "hyper_parameters": self.hyper_parameters(),
+                "state": {name: dict(states) for name, states in self.state.items()}}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Restores the hyper-parameters from ``state_dict`` (as :mod:`pyg_dist.checkpoint`
+        fills it: its per-row state tensors are this optimizer's own, filled in place).
+
+        Raises:
+            ValueError: naming what differs (other tables, bad hyper-parameters, state
+                tensors that are not this optimizer's).
+        """
+        if not isinstance(state_dict, dict) or \
+                set(state_dict) != {"params", "hyper_parameters", "state"}:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: expected params, "
+                             f"hyper_parameters and state")
+        names = [e.name for e in self.params]
+        if state_dict["params"] != names:
+            raise ValueError(f"{type(self).__name__} of tables {names} cannot load the state "
+                             f"of one of tables {state_dict['params']!r}")
+        given = state_dict["state"]
+        if not isinstance(given, dict) or set(given) != set(self.state) or any(
+                not isinstance(given[n], dict) or set(given[n]) != set(states)
+                or any(given[n][s] is not t for s, t in states.items())
+                for n, states in self.state.items()):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: the per-row state must "
+                             f"be this optimizer's own tensors, filled in place")
+        hyper = state_dict["hyper_parameters"]
+        try:
+            values = self.parse_hyper_parameters(hyper)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"bad {type(self).__name__} hyper-parameters {hyper!r} "
+                             f"({exc})") from None
+        self.apply_hyper_parameters(values)
+
     def save(self, path: PathLike) -> None:
         """Saves the optimizer state (by global id) and hyper-parameters, atomically,
-        into the checkpoint folder ``path`` (collective). To save the tables with it in
-        one checkpoint, use :func:`pyg_dist.embedding.save_checkpoint`."""
-        from pyg_dist.embedding.checkpoint import save_checkpoint  # (imports this module)
+        into the checkpoint folder ``path`` (collective): :func:`pyg_dist.embedding.
+        save_checkpoint` with this optimizer alone."""
         save_checkpoint(path, optimizers=[self])
 
     def load(self, path: PathLike) -> None:
         """Restores state and hyper-parameters from a checkpoint holding them (saved by
         :meth:`save` or :func:`~pyg_dist.embedding.save_checkpoint`), on any number of
-        ranks (collective). Embeddings are matched by name."""
-        from pyg_dist.embedding.checkpoint import load_checkpoint  # (imports this module)
+        ranks (collective)."""
         load_checkpoint(path, optimizers=[self])
 
     def __repr__(self) -> str:

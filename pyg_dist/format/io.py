@@ -3,23 +3,21 @@
 Every ``.pt`` file is written with plain tensors, dicts, lists, numbers and
 strings, and read back with ``torch.load(..., weights_only=True)``, so a partition
 folder from elsewhere cannot run code; :mod:`pyg_dist.format.validate` then checks
-what was loaded. Every write goes to a temporary name first and is renamed into place;
-the hidden temporary folder of a killed run is removed by the next write of the same
-output (:mod:`pyg_dist.format.leftovers`).
+what was loaded. Every write goes through :mod:`pyg_dist.format.files` (temporary name,
+``fsync``, rename); the hidden temporary folder of a killed run is removed by the next
+write of the same output (:mod:`pyg_dist.format.leftovers`).
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Tuple, Union
+from typing import Any, Iterable, Tuple, Union
 
 import torch
 
-from pyg_dist.format import leftovers
+from pyg_dist.format import files
 from pyg_dist.format.manifest import MANIFEST_FILE, PartManifest, entry_of
 from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
 
@@ -74,15 +72,7 @@ def save_pt(obj: Any, path: PathLike) -> None:
     writer: the file is written through a file object (torch then names the archive
     inside it ``archive``, not after the random temporary name), and ``obj`` in its
     :func:`canonical` form."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(canonical(obj), handle)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    files.atomic_write(path, lambda handle: torch.save(canonical(obj), handle))
 
 
 def canonical(obj: Any) -> Any:
@@ -137,14 +127,9 @@ def read_uid(folder: PathLike) -> Any:
 
 
 def save_json(obj: Any, path: PathLike) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Writes ``obj`` as JSON into ``path`` atomically (see
+    :func:`~pyg_dist.format.files.write_json`)."""
+    files.write_json(path, obj)
 
 
 def check_root(root: PathLike) -> Path:
@@ -212,44 +197,3 @@ def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
     if missing:
         raise PartitionFormatError(f"partition folder {folder} is missing {', '.join(missing)}")
     return folder
-
-
-@contextmanager
-def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yields a temporary folder next to ``out``; renames it to ``out`` on success.
-
-    A crash leaves ``out`` either as it was or complete, never half written. The
-    temporary folder records its writer; leftovers of killed writes of ``out`` are
-    removed first when their writer is provably gone
-    (:func:`~pyg_dist.format.leftovers.clean_stale`; others are kept with a warning).
-
-    Raises:
-        FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"output {out} exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    leftovers.clean_stale(out)
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"output folder {out} exists and is not empty "
-                              f"(pass overwrite=True / --overwrite to replace it)")
-    tmp = leftovers.claim(out)
-    try:
-        yield tmp
-        _swap_in(tmp, out)
-    finally:
-        leftovers.release(tmp, out)
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Moves ``tmp`` to ``out``; a replaced ``out`` is moved aside, and back on failure."""
-    old = leftovers.old_path(tmp)
-    if out.exists():
-        os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except BaseException:
-        if old.exists() and not out.exists():
-            os.replace(old, out)
-        raise

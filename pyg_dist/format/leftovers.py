@@ -1,6 +1,6 @@
 """Who is writing a partition folder, and cleaning up after writers that were killed.
 
-:func:`pyg_dist.format.io.atomic_dir` writes ``OUT`` through a hidden folder
+:func:`pyg_dist.format.files.atomic_dir` writes ``OUT`` through a hidden folder
 ``.OUT.<token>.tmp`` beside it, and moves a replaced output aside as
 ``.OUT.<token>.old`` for a moment. Before creating them the writer records who it
 is in ``.OUT.<token>.owner``: host name, boot id, pid namespace, pid and the
@@ -117,7 +117,7 @@ def _owner(tmp: Path) -> Path:
 
 
 def old_path(tmp: Path) -> Path:
-    """Where :func:`~pyg_dist.format.io.atomic_dir` moves a replaced output aside."""
+    """Where :func:`~pyg_dist.format.files.atomic_dir` moves a replaced output aside."""
     return tmp.with_suffix(".old")
 
 

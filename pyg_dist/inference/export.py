@@ -4,7 +4,7 @@ The format is :mod:`pyg_dist.inference.manifest`'s. Every partition's file pair 
 written by the first rank serving it (it reads its partition-mates' rows), and the
 whole folder appears at once: the pairs are written into a hidden temporary folder
 next to ``DIR`` that one process renames to ``DIR`` after every pair is complete
-(:func:`~pyg_dist.format.io.atomic_dir`), so a killed export leaves the previous
+(:func:`~pyg_dist.format.files.atomic_dir`), so a killed export leaves the previous
 export (or nothing), never a half-written one.
 
 Which ranks share a folder is found out, not configured: every rank drops a marker
@@ -26,7 +26,7 @@ import torch
 from pyg_dist.embedding import DistTensor
 from pyg_dist.inference import manifest as fmt
 from pyg_dist.inference import rows
-from pyg_dist.format import io
+from pyg_dist.format import files, io
 from pyg_dist.format.id_maps import read_part_ids
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc import DistContext
@@ -72,7 +72,7 @@ def export(result: DistTensor, partition_dir: PathLike, out_dir: PathLike, *,
         tmp: Optional[Path] = None
         try:
             if ctx.rank == view[0]:
-                tmp = stack.enter_context(io.atomic_dir(out, overwrite=overwrite))
+                tmp = stack.enter_context(files.atomic_dir(out, overwrite=overwrite))
         except (OSError, ValueError) as exc:
             error = exc
         comm.agree(error, f"creating export folder {out}")
@@ -87,7 +87,7 @@ def export(result: DistTensor, partition_dir: PathLike, out_dir: PathLike, *,
         if tmp is not None:
             parts = sorted(ctx.partition_of(r, meta.num_parts) for r in view)
             entries = [fmt.pair_paths(meta.node_types[0], p) for p in dict.fromkeys(parts)]
-            io.save_json(fmt.manifest({meta.node_types[0]: entries}), tmp / fmt.MANIFEST)
+            files.write_json(tmp / fmt.MANIFEST, fmt.manifest({meta.node_types[0]: entries}))
     comm.agree(None, f"finishing export {out}")  # nobody returns before out_dir is there
     return out
 

@@ -22,7 +22,7 @@ from typing import Dict, Iterable, Mapping, Protocol, Tuple
 
 import numpy as np
 
-from pyg_dist.format import io
+from pyg_dist.format import files, io
 from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.format.meta import PartitionMeta, PartStats
 from pyg_dist.partition.common import (EdgeMap, GraphSchema, Laps, NodeOrder, PartitionTimings,
@@ -93,7 +93,7 @@ def run_pipeline(stages: Stages, options: RunOptions
                  ) -> Tuple[PartitionMeta, PartitionTimings]:
     """Runs every step of ``stages`` and writes ``options.root``; returns META and timings."""
     start, laps, P = time.perf_counter(), Laps(), options.num_parts
-    with io.atomic_dir(options.root, overwrite=options.overwrite) as tmp:
+    with files.atomic_dir(options.root, overwrite=options.overwrite) as tmp:
         stages.open(tmp)
         with step("assigning nodes to partitions", enabled=options.progress):
             parts, phases = stages.assign()

@@ -10,8 +10,8 @@ Written under a random name, ``0600``. Every file a cleaner (:func:`clean_stale`
 job on the machine) may remove is locked from the instant it has a name the cleaner
 matches: the writer creates it under a name no cleaner matches (``NEW_PREFIX``), takes
 its shared ``flock``, and only then renames it to the temporary name and, once written,
-to its final name. Every process mapping it holds a shared ``flock`` too, and the last to
-let go removes it (see :func:`holder`).
+to its final name (:func:`pyg_dist.format.files.replace_synced`). Every process mapping
+it holds a shared ``flock`` too, and the last to let go removes it (see :func:`holder`).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 from torch import Tensor
 
+from pyg_dist.format import files
 from pyg_dist.format.digest import bytes_digest
 from pyg_dist.sampler.cache import FeatureCache
 from pyg_dist.store.source import FileId
@@ -70,7 +71,7 @@ def write(cache: FeatureCache, folder: Path) -> Tuple[str, int]:
             torch.save({"format": FORMAT, "version": VERSION, "ids": cache.ids,
                         "rows": cache.rows, "digest": payload_digest(cache.ids, cache.rows)},
                        f)
-        os.replace(tmp, path)
+            files.replace_synced(f, tmp, path)
     except BaseException:
         os.close(fd)
         for leftover in (new, tmp):

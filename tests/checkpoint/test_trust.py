@@ -64,12 +64,13 @@ def _resign(folder: Path) -> None:
     info.write_text(json.dumps(raw))
 
 
-def _as_version_1(folder: Path) -> None:
-    """Makes ``folder`` look saved by a release without digests."""
+def _as_version(folder: Path, version: int) -> None:
+    """Makes ``folder`` look saved by an earlier release (version 1 had no digests)."""
     info = folder / files.INFO
     raw = json.loads(info.read_text())
-    raw.pop("digests", None)
-    raw["version"] = 1
+    if version == 1:
+        raw.pop("digests", None)
+    raw["version"] = version
     info.write_text(json.dumps(raw))
 
 
@@ -101,7 +102,7 @@ def test_optimizer_value_payload_runs_no_code(tmp_path: Path) -> None:
     with open(data_file, "ab") as handle:
         handle.write(payload.getvalue())
     for index, where in metadata.storage_data.items():
-        if index.fqn == "optim.param_groups.0.lr":
+        if index.fqn == "optimizer.0.param_groups.0.lr":
             where.offset, where.length = offset, len(payload.getvalue())
     meta_file.write_bytes(pickle.dumps(metadata))
     _resign(folder)
@@ -115,7 +116,7 @@ def test_other_pickled_files_run_no_code(tmp_path: Path, kind: str) -> None:
     folder = _save(tmp_path / "ckpt", name=f"trust_{kind.replace(' ', '_')}")
     marker = tmp_path / "marker"
     file = (folder / files.rank_file(0) if kind == "rank state"
-            else sorted((folder / files.EMBEDDINGS).rglob("t0_r0.pt"))[0])
+            else folder / files.SHARDS / "0_0_r0.pt")
     torch.save({"rows": Payload(marker)}, file)
     _resign(folder)
     emb = DistEmbedding(20, 3, name=f"trust_{kind.replace(' ', '_')}")
@@ -154,13 +155,13 @@ def test_checkpoint_path_that_is_a_file_is_an_error(tmp_path: Path) -> None:
         _load_model(tmp_path / "ckpt")
 
 
-@pytest.mark.parametrize("digests", [True, False], ids=["digests", "version 1"])
-def test_truncated_distcp_is_named(tmp_path: Path, digests: bool) -> None:
+@pytest.mark.parametrize("resign", [False, True], ids=["digests", "digests re-recorded"])
+def test_truncated_distcp_is_named(tmp_path: Path, resign: bool) -> None:
     folder = _save(tmp_path / "ckpt")
-    if not digests:
-        _as_version_1(folder)
     data_file = folder / "model" / "__0_0.distcp"
     data_file.write_bytes(data_file.read_bytes()[:100])
+    if resign:  # the DCP folder's own checks must catch it
+        _resign(folder)
     with pytest.raises(CheckpointError, match=r"__0_0\.distcp"):
         _load_model(tmp_path / "ckpt")
 
@@ -168,7 +169,6 @@ def test_truncated_distcp_is_named(tmp_path: Path, digests: bool) -> None:
 @pytest.mark.parametrize("damage", ["no metadata", "garbage metadata", "no model folder"])
 def test_damaged_model_folder_is_a_checkpoint_error(tmp_path: Path, damage: str) -> None:
     folder = _save(tmp_path / "ckpt")
-    _as_version_1(folder)  # no digests: the folder's own checks must catch it
     meta_file = folder / "model" / ".metadata"
     if damage == "no metadata":
         meta_file.unlink()
@@ -176,13 +176,14 @@ def test_damaged_model_folder_is_a_checkpoint_error(tmp_path: Path, damage: str)
         meta_file.write_bytes(b"\x80\x04garbage")
     else:
         shutil.rmtree(folder / "model")
+    _resign(folder)  # digests of what is there now: the folder's own checks must catch it
     with pytest.raises(CheckpointError, match="model"):
         _load_model(tmp_path / "ckpt")
 
 
-FILES = ["model/.metadata", "model/__0_0.distcp", "rank_0.pt", "embeddings/LATEST",
-         "embeddings/*/manifest.json", "embeddings/*/DONE", "embeddings/*/t0_r0.pt",
-         "embeddings/*/t1_r0.pt", "embeddings/*/t2_r0.pt", "embeddings/*/t3_r0.pt"]
+# the table is entry 0 ("embeddings.<name>"), SparseAdam's step, m and v are entry 1
+FILES = ["model/.metadata", "model/__0_0.distcp", "rank_0.pt", "shards/0_0_r0.pt",
+         "shards/1_0_r0.pt", "shards/1_1_r0.pt", "shards/1_2_r0.pt"]
 
 
 def test_every_file_of_a_version_is_covered(tmp_path: Path) -> None:
@@ -208,14 +209,15 @@ def test_a_byte_flipped_in_place_is_detected(tmp_path: Path, pattern: str) -> No
                         sparse_optimizers=SparseAdam([emb], lr=0.1))
 
 
-def test_a_version_1_checkpoint_still_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_earlier_version_is_refused_naming_it(tmp_path: Path, version: int) -> None:
+    """Versions 1 and 2 had fixed slots and a nested embedding checkpoint: refused with
+    the version named, never misread."""
     folder = _save(tmp_path / "ckpt")
-    _as_version_1(folder)
-    model, opt = _model(0)
-    fresh, fresh_opt = _model(1)
-    info = checkpoint.load(tmp_path / "ckpt", model=fresh, optimizer=fresh_opt)
-    assert info.step == 1
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+    _as_version(folder, version)
+    with pytest.raises(CheckpointError, match=f"{files.INFO}: pyg_dist.checkpoint version "
+                                              f"{version} .*reads version 3"):
+        _load_model(tmp_path / "ckpt")
 
 
 def test_metadata_pointing_outside_the_folder_is_refused(tmp_path: Path) -> None:

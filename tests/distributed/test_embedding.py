@@ -174,14 +174,14 @@ def _assert_tables(got: Tables, expected: Tables, exact: bool = False) -> None:
                                        msg=lambda m: f"{key}: {m}")
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(600)
 def test_updates_match_one_process_and_checkpoints_move_between_world_sizes(
         tmp_path: Path) -> None:
     reference = _train("s1_", 0, 1, None)  # the one-process run, in this process
     assert not torch.equal(reference["a"], _init_table("a"))
     assert int(reference["a.step"][0]) == STEPS  # rows shared by all ranks: once per step
 
-    two = run_ranks(_two_ranks, 2, str(tmp_path), timeout=90)
+    two = run_ranks(_two_ranks, 2, str(tmp_path), timeout=240)
     for rank, out in enumerate(two):
         _assert_tables(out["tables"], reference)
         assert "ranks disagree on the DistTensor" in out["mismatch"], out["mismatch"]
@@ -190,15 +190,16 @@ def test_updates_match_one_process_and_checkpoints_move_between_world_sizes(
         assert out["one_bad"].startswith(error if rank == 1 else "RuntimeError"), out["one_bad"]
         assert f"rank 1: {error}" in out["one_bad"] or rank == 1, out["one_bad"]
         failed = ("OSError: disk full (injected)" if rank == 1 else
-                  "RuntimeError: writing checkpoint shards")
+                  "RuntimeError: saving checkpoint")
         assert out["failed_save"].startswith(failed), out["failed_save"]
         assert "rank 1: OSError: disk full" in out["failed_save"] or rank == 1
-        assert "ranks disagree on what to save" in out["differ"], out["differ"]
+        assert "state differs between ranks in ['embedding.s2_b']" in out["differ"], \
+            out["differ"]
     saved = two[0]["tables"]
     for out in two[1:]:
         _assert_tables(out["tables"], saved, exact=True)  # every rank reads the same rows
 
-    three = run_ranks(_three_ranks, 3, str(tmp_path), timeout=90)
+    three = run_ranks(_three_ranks, 3, str(tmp_path), timeout=240)
     for out in three:
         _assert_tables(out["tables"], reference)
         _assert_tables(out["loaded"], saved, exact=True)  # 2 ranks -> 3, not the failed save
@@ -247,12 +248,12 @@ def _load_crashed(ckpt: str) -> torch.Tensor:
     return rows
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(450)
 def test_a_rank_dying_mid_save_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
     ckpt = str(tmp_path / "ckpt")
-    rank0, _ = run_ranks(_crash_mid_save, 2, ckpt, timeout=60, may_die=[1])
+    rank0, _ = run_ranks(_crash_mid_save, 2, ckpt, timeout=180, may_die=[1])
     assert rank0["error"], "rank 0 finished a save its peer died in"
     assert torch.equal(rank0["first"], _init_table("a"))
-    for rows in run_ranks(_load_crashed, 3, ckpt, timeout=60):
+    for rows in run_ranks(_load_crashed, 3, ckpt, timeout=180):
         assert torch.equal(rows, rank0["first"])
     assert torch.equal(_load_crashed(ckpt), rank0["first"])

@@ -1,5 +1,5 @@
-"""Checkpoints in one process (standalone mode): atomic saves, tables and optimizer
-state saved together, damaged files named, and the previous on-disk layout still read.
+"""Embedding checkpoints in one process (standalone mode): atomic saves, tables and
+optimizer state saved together, damaged files named, earlier layouts refused by name.
 
 A crash is simulated by raising :class:`Crash` (a ``BaseException``, so no
 ``except Exception`` in the library sees it) at a chosen point of a save: what is
@@ -16,8 +16,9 @@ from typing import Callable, Dict
 import pytest
 import torch
 
+from pyg_dist import checkpoint
 from pyg_dist.embedding import (CheckpointError, DistEmbedding, SparseAdagrad, SparseAdam,
-                                load_checkpoint, save_checkpoint)
+                                SparseOptimizer, load_checkpoint, save_checkpoint)
 from pyg_dist.format.digest import file_digest
 
 N, D = 10, 3
@@ -40,7 +41,7 @@ def _table(name: str, seed: float = 0.0) -> DistEmbedding:
 def _crash_at(monkeypatch: pytest.MonkeyPatch, point: str, after_saves: int = 1) -> None:
     """Makes the next save die at ``point``: ``"shard"`` right after the
     ``after_saves``-th shard was written, or just before the file named ``point``
-    (``manifest.json``, ``DONE``, ``LATEST``) is renamed into place."""
+    (``rank_0.pt``, ``info.json``, ``LATEST``) is renamed into place."""
     if point == "shard":
         real_save, count = torch.save, [0]
 
@@ -60,7 +61,7 @@ def _crash_at(monkeypatch: pytest.MonkeyPatch, point: str, after_saves: int = 1)
     monkeypatch.setattr(os, "replace", replace)
 
 
-@pytest.mark.parametrize("point", ["shard", "manifest.json", "DONE", "LATEST"])
+@pytest.mark.parametrize("point", ["shard", "rank_0.pt", "info.json", "LATEST"])
 def test_a_crash_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, point: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "ckpt"
@@ -82,8 +83,9 @@ def test_a_crash_mid_save_leaves_the_previous_checkpoint(tmp_path: Path, point: 
     assert torch.equal(emb.weight[torch.arange(N)], _rows(200.0))
     latest = (path / "LATEST").read_text().strip()
     assert sorted(p.name for p in path.iterdir()) == ["LATEST", latest]
-    assert sorted(p.name for p in (path / latest).iterdir()) == ["DONE", "manifest.json",
-                                                                 "t0_r0.pt"]
+    assert sorted(p.name for p in (path / latest).iterdir()) == ["info.json", "rank_0.pt",
+                                                                 "shards"]
+    assert [p.name for p in (path / latest / "shards").iterdir()] == ["0_0_r0.pt"]
 
 
 def _state(emb: DistEmbedding, opt: SparseAdam) -> Dict[str, torch.Tensor]:
@@ -93,7 +95,7 @@ def _state(emb: DistEmbedding, opt: SparseAdam) -> Dict[str, torch.Tensor]:
     return out
 
 
-def _train(emb: DistEmbedding, opt: SparseAdam, seed: int) -> None:
+def _train(emb: DistEmbedding, opt: SparseOptimizer, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     for _ in range(2):
         opt.zero_grad()
@@ -130,10 +132,11 @@ def test_tables_and_optimizer_state_are_saved_together(tmp_path: Path,
     assert torch.equal(emb.weight[torch.arange(N)], saved["weight"])
     opt.load(path)
     other = _table("pair_other")
-    with pytest.raises(CheckpointError, match="has no table named 'pair_other'"):
+    with pytest.raises(CheckpointError, match="has no entry 'embedding.pair_other'"):
         load_checkpoint(path, embeddings=[emb, other])
-    with pytest.raises(CheckpointError, match=r"no SparseAdagrad state for embedding\(s\) "
-                                              r"\['pair_table'\]"):
+    with pytest.raises(CheckpointError, match="entry 'optimizer.pair_table' was saved as a "
+                                              "stateful SparseAdam, but is loaded into a "
+                                              "stateful SparseAdagrad"):
         SparseAdagrad(emb, lr=0.1).load(path)
     with pytest.raises(ValueError, match="nothing to save"):
         save_checkpoint(path)
@@ -147,14 +150,19 @@ def _shard(root: Path) -> Path:
     return sorted(root.rglob("*_r0.pt"))[0]
 
 
+def _info(root: Path) -> Path:
+    return root / (root / "LATEST").read_text().strip() / "info.json"
+
+
 def _edit_shard(change: Callable[[dict], object]) -> Callable[[Path], Path]:
-    """Rewrites a shard and records its new digest in the manifest (as whoever edits a
+    """Rewrites a shard and records its new digest in info.json (as whoever edits a
     checkpoint can), so that what is loaded is checked beyond its digest."""
     def edit(root: Path) -> Path:
         file = _shard(root)
         obj = torch.load(file, weights_only=True)
         torch.save(change(obj), file)
-        _edit_manifest(lambda m: _first_shard_entry(m).update(digest=file_digest(file)))(root)
+        _edit_info(lambda i: i["digests"].update({f"shards/{file.name}": file_digest(file)})
+                   )(root)
         return file
     return edit
 
@@ -180,22 +188,19 @@ def _truncate(file: Path) -> Path:
     return file
 
 
-def _edit_manifest(change: Callable[[dict], None]) -> Callable[[Path], Path]:
+def _edit_info(change: Callable[[dict], object]) -> Callable[[Path], Path]:
     def edit(root: Path) -> Path:
-        file = next(root.rglob("manifest.json"))
-        manifest = json.loads(file.read_text())
-        change(manifest)
-        file.write_text(json.dumps(manifest))
-        done = file.with_name("DONE")  # its digest of the manifest, as an editor can
-        done.write_text(f"complete {file_digest(file)}\n")
+        file = _info(root)
+        info = json.loads(file.read_text())
+        change(info)
+        file.write_text(json.dumps(info))
         return file
     return edit
 
 
-def _first_shard_entry(manifest: dict) -> dict:
-    if "tensors" in manifest:  # layout 1
-        return manifest["tensors"]["weight"]["shards"][0]
-    return manifest["embeddings"][0]["tensors"]["weight"]["shards"][0]
+def _first_shard_entry(info: dict) -> list:
+    """``[file, start, stop]`` of the table's first shard."""
+    return next(iter(info["sharded"].values()))[0]["shards"][0]
 
 
 def _pointer(text: str) -> Callable[[Path], Path]:
@@ -217,14 +222,14 @@ DAMAGE: Dict[str, Callable[[Path], Path]] = {
     "shard rows of another dtype": _edit_shard(lambda o: {**o, "rows": o["rows"].double()}),
     "shard rows of another shape": _edit_shard(lambda o: {**o, "rows": o["rows"][:, :2]}),
     "shard rows too few": _edit_shard(lambda o: {**o, "rows": o["rows"][1:]}),
-    "truncated manifest": lambda root: _truncate(next(root.rglob("manifest.json"))),
-    "manifest start not an int": _edit_manifest(
-        lambda m: _first_shard_entry(m).update(start="0")),
-    "manifest file outside the folder": _edit_manifest(
-        lambda m: _first_shard_entry(m).update(file="../t0_r0.pt")),
-    "manifest without tables": _edit_manifest(
-        lambda m: m.pop("embeddings", None) or m.pop("tensors")),
-    "pointer to a missing version": _pointer("v999999-deadbeef\n"),
+    "truncated info.json": lambda root: _truncate(_info(root)),
+    "info start not an int": _edit_info(lambda i: _first_shard_entry(i).__setitem__(1, "0")),
+    "info shard outside the folder": _edit_info(
+        lambda i: _first_shard_entry(i).__setitem__(0, "../0_0_r0.pt")),
+    "info without sharded tensors": _edit_info(lambda i: i.pop("sharded")),
+    "info with fewer sharded tensors": _edit_info(
+        lambda i: next(iter(i["sharded"].values())).clear()),
+    "pointer to a missing version": _pointer("step999999999-deadbeef\n"),
     "pointer outside the folder": _pointer("../elsewhere\n"),
 }
 
@@ -240,61 +245,66 @@ def test_a_damaged_file_is_named(tmp_path: Path, damage: str) -> None:
         emb.load(path)
 
 
-def _write_layout_1(path: Path, kind: str, tensors: Dict[str, torch.Tensor],
-                    config: dict) -> None:
-    """A checkpoint as the first release wrote it: everything directly in ``path``."""
+def _write_layout_1(path: Path) -> None:
+    """An embedding checkpoint as the first release wrote it: everything in ``path``."""
     path.mkdir(parents=True)
-    entries = {}
-    for i, (key, rows) in enumerate(tensors.items()):
-        torch.save({"start": 0, "stop": rows.shape[0], "rows": rows}, path / f"t{i}_r0.pt")
-        entries[key] = {"shape": list(rows.shape), "dtype": str(rows.dtype).split(".")[-1],
-                        "shards": [{"file": f"t{i}_r0.pt", "start": 0,
-                                    "stop": rows.shape[0]}]}
-    manifest = {"format": "pyg_dist.embedding", "version": 1, "kind": kind, "world_size": 1,
-                "config": config, "tensors": entries}
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    torch.save({"start": 0, "stop": N, "rows": _rows(5.0)}, path / "t0_r0.pt")
+    (path / "manifest.json").write_text(json.dumps({"format": "pyg_dist.embedding"}))
     (path / "DONE").write_text("complete\n")
 
 
-def test_reads_the_first_layout_and_replaces_it_on_save(tmp_path: Path) -> None:
+def test_earlier_embedding_layouts_are_refused_by_name(tmp_path: Path) -> None:
+    """The embedding-only checkpoint of earlier releases (files in the folder, or
+    ``LATEST`` naming a ``v000001-...`` version) is not read: a clear error, no rows."""
     emb = _table("layout_1_table")
-    opt = SparseAdagrad(emb, lr=1.0)
-    _write_layout_1(tmp_path / "emb", "DistEmbedding", {"weight": _rows(5.0)},
-                    {"num_embeddings": N, "embedding_dim": D})
-    _write_layout_1(tmp_path / "opt", "SparseAdagrad",
-                    {"layout_1_table/sum": torch.full((N, D), 2.0)},
-                    {"lr": 0.25, "eps": 1e-5, "params": ["layout_1_table"]})
-    emb.load(tmp_path / "emb")
-    opt.load(tmp_path / "opt")
-    assert torch.equal(emb.weight[torch.arange(N)], _rows(5.0))
-    assert torch.equal(opt.state[emb.name]["sum"][torch.arange(N)], torch.full((N, D), 2.0))
-    assert (opt.lr, opt.eps) == (0.25, 1e-5)
-    with pytest.raises(CheckpointError, match="no SparseAdagrad state"):
-        opt.load(tmp_path / "emb")
-    wide = DistEmbedding(N, D + 1, name="layout_1_wide")  # its one table has no name
-    with pytest.raises(CheckpointError, match=r"'weight' has shape \(10, 3\) and dtype "
-                                              r"float32, but 'layout_1_wide' has shape"):
-        wide.load(tmp_path / "emb")
-
-    emb.weight[torch.arange(N)] = _rows(7.0)
-    emb.save(tmp_path / "emb")  # the new layout replaces the old files
-    assert not (tmp_path / "emb" / "DONE").exists()
-    assert not list((tmp_path / "emb").glob("*.pt"))
-    emb.weight[torch.arange(N)] = torch.zeros(N, D)
-    emb.load(tmp_path / "emb")
-    assert torch.equal(emb.weight[torch.arange(N)], _rows(7.0))
+    _write_layout_1(tmp_path / "v1")
+    with pytest.raises(CheckpointError, match=re.escape(f"{tmp_path / 'v1'} holds no pyg_dist "
+                                                        f"checkpoint")):
+        emb.load(tmp_path / "v1")
+    (tmp_path / "v2" / "v000001-3f9c1a7e").mkdir(parents=True)
+    (tmp_path / "v2" / "LATEST").write_text("v000001-3f9c1a7e\n")
+    with pytest.raises(CheckpointError, match=r"LATEST names 'v000001-3f9c1a7e', which is "
+                                              r"not a complete version"):
+        emb.load(tmp_path / "v2")
+    assert torch.equal(emb.weight[torch.arange(N)], _rows(0.0))
 
 
-def test_a_manifest_edited_in_place_is_named(tmp_path: Path) -> None:
-    """A hyper-parameter changed in place (same size, still valid JSON) would load
-    silently: ``DONE`` records the manifest's digest."""
+def test_a_hyper_parameter_edited_in_place_is_named(tmp_path: Path) -> None:
+    """A hyper-parameter changed in place would load silently: the digest of the file
+    that holds it (the rank's state file) is recorded in info.json."""
     emb = _table("edited_manifest")
     opt = SparseAdagrad(emb, lr=0.25)
     save_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
-    manifest = next(tmp_path.rglob("manifest.json"))
-    text = manifest.read_text()
-    assert text.count("0.25") == 1
-    manifest.write_text(text.replace("0.25", "0.75"))
-    with pytest.raises(CheckpointError, match=re.escape(str(manifest))):
+    rank_file = _info(tmp_path).with_name("rank_0.pt")
+    state = torch.load(rank_file, weights_only=True)
+    state["stateful"]["optimizer.edited_manifest"]["hyper_parameters"]["lr"] = 0.75
+    torch.save(state, rank_file)
+    with pytest.raises(CheckpointError, match=re.escape(str(rank_file))):
         load_checkpoint(tmp_path, embeddings=[emb], optimizers=[opt])
     assert opt.lr == 0.25
+
+
+def test_tables_and_optimizers_are_entries_of_the_one_checkpoint(tmp_path: Path) -> None:
+    """``DistEmbedding`` and sparse optimizers are Stateful: ``state={...}`` takes them
+    under any key, and their ``load_state_dict`` refuses the state of another table."""
+    emb = _table("stateful_table", seed=2.0)
+    opt = SparseAdagrad(emb, lr=0.3, eps=1e-4)
+    _train(emb, opt, seed=3)
+    rows, sums = emb.weight[torch.arange(N)], opt.state[emb.name]["sum"][torch.arange(N)]
+    checkpoint.save(tmp_path, 5, {"table": emb, "adagrad": opt, "epoch": 2})
+    emb.weight[torch.arange(N)] = torch.zeros(N, D)
+    opt.state[emb.name]["sum"][torch.arange(N)] = torch.zeros(N, D)
+    opt.lr = 1.0
+    state = {"table": emb, "adagrad": opt, "epoch": 0}
+    assert checkpoint.load(tmp_path, state).step == 5 and state["epoch"] == 2
+    assert torch.equal(emb.weight[torch.arange(N)], rows)
+    assert torch.equal(opt.state[emb.name]["sum"][torch.arange(N)], sums)
+    assert (opt.lr, opt.eps) == (0.3, 1e-4)
+    other = _table("stateful_other")
+    with pytest.raises(ValueError, match="DistEmbedding 'stateful_other' cannot load the "
+                                         "state of table 'stateful_table'"):
+        checkpoint.load(tmp_path, {"table": other})
+    with pytest.raises(ValueError, match=r"SparseAdagrad of tables \['stateful_other'\] "
+                                         r"cannot load the state of one of tables "
+                                         r"\['stateful_table'\]"):
+        checkpoint.load(tmp_path, {"adagrad": SparseAdagrad(other, lr=0.1)})

@@ -138,7 +138,7 @@ def test_checkpoint_roundtrip_restores_rows_state_and_lr(tmp_path: Path) -> None
     emb.save(tmp_path / "emb")
     opt.save(tmp_path / "opt")
     version = (tmp_path / "emb" / "LATEST").read_text().strip()
-    assert (tmp_path / "emb" / version / "DONE").is_file()
+    assert (tmp_path / "emb" / version / "info.json").is_file()
     rows = emb.weight[torch.arange(N)]
     states = {k: t[torch.arange(N)] for k, t in opt.state[emb.name].items()}
     emb.weight[torch.arange(N)] = torch.zeros(N, D)
@@ -151,12 +151,12 @@ def test_checkpoint_roundtrip_restores_rows_state_and_lr(tmp_path: Path) -> None
     for key, value in states.items():
         assert torch.equal(opt2.state[emb.name][key][torch.arange(N)], value)
     assert (opt2.lr, opt2.betas, opt2.eps) == (0.05, (0.7, 0.9), 1e-6)
-    with pytest.raises(CheckpointError, match=r"has no SparseAdam state for embedding\(s\) "
-                                              r"\['ckpt_table'\] \(it holds tables "
-                                              r"\['ckpt_table'\], optimizer state none\)"):
+    with pytest.raises(CheckpointError, match=r"has no entry 'optimizer\.ckpt_table' \(it "
+                                              r"holds 'embedding\.ckpt_table' \(stateful "
+                                              r"DistEmbedding\)\)"):
         opt2.load(tmp_path / "emb")
-    with pytest.raises(CheckpointError, match="not a complete pyg_dist checkpoint"):
+    with pytest.raises(CheckpointError, match="holds no pyg_dist checkpoint"):
         emb.load(tmp_path / "missing")
     other = DistEmbedding(N, D + 1, name="ckpt_other")
-    with pytest.raises(CheckpointError, match="has no table named 'ckpt_other'"):
+    with pytest.raises(CheckpointError, match="has no entry 'embedding.ckpt_other'"):
         other.load(tmp_path / "emb")

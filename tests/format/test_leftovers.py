@@ -9,7 +9,7 @@ import pytest
 
 from pyg_dist import Partitioner
 from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format import io
+from pyg_dist.format import files, io
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def _killed_writer(out: Path) -> None:
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         try:
-            writing = io.atomic_dir(out)  # held: a collected generator would clean up
+            writing = files.atomic_dir(out)  # held: a collected generator would clean up
             tmp = writing.__enter__()
             (tmp / "big.bin").write_bytes(b"\0" * 65536)
         finally:
@@ -51,7 +51,7 @@ def test_live_and_unknown_writers_are_left_alone(graph, tmp_path: Path) -> None:
     from pyg_dist.format import leftovers
 
     out = tmp_path / "out"
-    live = io.atomic_dir(out)
+    live = files.atomic_dir(out)
     live_tmp = live.__enter__()  # this process, still writing
     other = leftovers.Writer(host=f"not-{socket.gethostname()}", boot_id="", pid=1, start=0)
     other_tmp = leftovers.claim(out, other)  # a writer on another host

@@ -70,10 +70,10 @@ def partition_job(configs: List[Tuple[str, int, str, str, str]]) -> List[Tuple[s
     """Runs on every rank: each config ``(input, num_parts, out, budget, method)`` in turn;
     returns the uid of each output and its seconds."""
     import pyg_dist
-    from pyg_dist.partition.distributed import Comm, DistPartitioner
+    from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
 
     ctx = pyg_dist.init_process_group("gloo")
-    comm = Comm(ctx.rank, ctx.world_size)
+    comm = ArrayComm(ctx.rank, ctx.world_size)
     out = []
     for folder, num_parts, root, budget, method in configs:
         start = time.perf_counter()
@@ -153,11 +153,11 @@ def test_each_machine_keeps_its_partitions_without_a_shared_file_system(tmp_path
 
 def _unshared_job(folder: str, roots: List[str]) -> str:
     import pyg_dist
-    from pyg_dist.partition.distributed import Comm, DistPartitioner
+    from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
 
     ctx = pyg_dist.init_process_group("gloo")
     return DistPartitioner(folder, 4, roots[ctx.rank], "2MB", method="metis",
-                           comm=Comm(ctx.rank, ctx.world_size), progress=False).generate().uid
+                           comm=ArrayComm(ctx.rank, ctx.world_size), progress=False).generate().uid
 
 
 def _torchrun(args: List[str], port: int, nnodes: int = 1, node_rank: int = 0,
@@ -324,7 +324,7 @@ def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path, monkeypat
     slots than int32 holds); so do the out-of-core path's windowed lists."""
     import numpy as np
 
-    from pyg_dist.partition.distributed import Comm, graph as local_graph
+    from pyg_dist.partition.distributed import ArrayComm, graph as local_graph
     from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 
     if slots == "int64":
@@ -336,7 +336,7 @@ def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path, monkeypat
 
     folder, tables = _chunks(tmp_path, "hetero", GRAPHS["hetero"]())
     source, _ = open_source(folder, 2, "1MB")
-    graph = build_local_graph(Comm(), source, EdgeFiles.share(Comm(), source),
+    graph = build_local_graph(ArrayComm(), source, EdgeFiles.share(ArrayComm(), source),
                               Scratch(tmp_path / "scratch"), 64, window_bytes=2000)
     offsets, total = {}, 0
     for t, n in tables.num_nodes.items():

@@ -14,7 +14,7 @@ from pyg_dist.datasets.synthetic import community_graph
 from pyg_dist.format import io
 from pyg_dist.partition import partition
 from pyg_dist.partition.api import choose_mode
-from pyg_dist.partition.distributed import Comm
+from pyg_dist.partition.distributed import ArrayComm
 from pyg_dist.partition.options import (FOLDER_ONLY, MODES, REFUSED, PartitionOptionError,
                                         method_label, refusal)
 
@@ -51,7 +51,7 @@ def _run(graphs, mode: str, kwargs: dict, out: Path):
     if mode == "out_of_core":
         kwargs.setdefault("memory_budget", "64MB")
     source = graph if mode == "memory" else folder
-    comm = Comm() if mode == "multi_machine" else None
+    comm = ArrayComm() if mode == "multi_machine" else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return partition(source, out, 2, progress=False, comm=comm, mode=mode, **kwargs)

@@ -1,5 +1,5 @@
 """Partitioning a chunked graph with several ranks (machines) under ``torchrun``."""
-from pyg_dist.partition.distributed.comm import Comm
+from pyg_dist.partition.distributed.comm import ArrayComm
 from pyg_dist.partition.distributed.partitioner import DistPartitioner, writer_of
 
-__all__ = ["Comm", "DistPartitioner", "writer_of"]
+__all__ = ["ArrayComm", "DistPartitioner", "writer_of"]

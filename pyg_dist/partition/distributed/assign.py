@@ -30,7 +30,7 @@ import numpy as np
 from pyg_dist.partition.assign import CLUSTERS_PER_PART, METIS_BYTES_PER_ADJACENCY_BYTE
 from pyg_dist.partition.coarsen import (VISIT_BLOCK, KeySums, best_label, best_part,
                                         cluster_pairs, deal_sizes, visit_order)
-from pyg_dist.partition.distributed.comm import Comm, even_bounds, home_of, lookup, route
+from pyg_dist.partition.distributed.comm import ArrayComm, even_bounds, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import LocalGraph
 from pyg_dist.partition.kernels import move_gain, sorted_unique
 from pyg_dist.partition.outofcore.scratch import Scratch
@@ -83,7 +83,7 @@ class DistAssigner:
     """Computes every local node's partition (see the module docstring).
 
     Args:
-        comm (Comm): the ranks.
+        comm (ArrayComm): the ranks.
         graph (LocalGraph): this rank's adjacency.
         group (np.ndarray): node type index of each local node.
         train (np.ndarray): whether each local node trains.
@@ -94,7 +94,7 @@ class DistAssigner:
         scratch (Scratch): where rank 0 hands the cluster graph to METIS.
     """
 
-    def __init__(self, comm: Comm, graph: LocalGraph, group: np.ndarray, train: np.ndarray,
+    def __init__(self, comm: ArrayComm, graph: LocalGraph, group: np.ndarray, train: np.ndarray,
                  num_types: int, num_parts: int, seed: int, budget: int,
                  scratch: Scratch) -> None:
         self.comm, self.graph, self.group, self.train = comm, graph, group, train
@@ -375,7 +375,7 @@ class DistAssigner:
         return np.ascontiguousarray(parts[:self.graph.n])
 
 
-def random_local_parts(comm: Comm, group: np.ndarray, train: np.ndarray, num_types: int,
+def random_local_parts(comm: ArrayComm, group: np.ndarray, train: np.ndarray, num_types: int,
                        num_parts: int, seed: int) -> np.ndarray:
     """Balanced random assignment across ranks: per node type, training nodes and the
     rest are each shuffled on their rank and dealt round robin, every rank starting

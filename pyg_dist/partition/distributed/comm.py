@@ -4,7 +4,7 @@ Every call is collective: all ranks make the same calls in the same order. A fai
 collective (a peer died, or did not come within the job's timeout) raises
 :class:`~pyg_dist.rpc.agreement.PeerFailedError` naming the step and, through the
 health watchdog's heartbeats, the rank that failed or went silent. A one-rank
-:class:`Comm` needs no process group, so the whole pipeline also runs in one process.
+:class:`ArrayComm` needs no process group, so the whole pipeline also runs in one process.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pyg_dist.memory import release_free_memory
 T = TypeVar("T")
 
 
-class Comm:
+class ArrayComm:
     """This rank's place among ``world`` ranks, and array collectives between them.
 
     Args:
@@ -32,7 +32,7 @@ class Comm:
 
     def __init__(self, rank: int = 0, world: int = 1) -> None:
         if world > 1 and not dist.is_initialized():
-            raise RuntimeError("a Comm of several ranks needs the default process group "
+            raise RuntimeError("a ArrayComm of several ranks needs the default process group "
                                "(pyg_dist.init_process_group)")
         self.rank, self.world = rank, world
 
@@ -127,7 +127,7 @@ def split_by(dest: np.ndarray, world: int, *arrays: np.ndarray) -> List[List[np.
     return [np.split(np.asarray(a)[order], cuts) for a in arrays]
 
 
-def route(comm: Comm, dest: np.ndarray, arrays: Sequence[np.ndarray], what: str
+def route(comm: ArrayComm, dest: np.ndarray, arrays: Sequence[np.ndarray], what: str
           ) -> List[np.ndarray]:
     """Sends every row of each of ``arrays`` to rank ``dest[row]``; returns, per array,
     the rows received (from rank 0 first, each rank's rows in their order)."""
@@ -145,7 +145,7 @@ def even_bounds(total: int, world: int) -> np.ndarray:
     return np.array([total * r // world for r in range(world + 1)], dtype=np.int64)
 
 
-def lookup(comm: Comm, keys: np.ndarray, bounds: np.ndarray,
+def lookup(comm: ArrayComm, keys: np.ndarray, bounds: np.ndarray,
            answer: Callable[[np.ndarray], np.ndarray], what: str,
            sorted_keys: bool = False) -> np.ndarray:
     """Values of ``keys`` held by their home ranks (``bounds``): each home is asked for

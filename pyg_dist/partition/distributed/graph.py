@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, Tuple
 import numba
 import numpy as np
 
-from pyg_dist.partition.distributed.comm import Comm, home_of, route
+from pyg_dist.partition.distributed.comm import ArrayComm, home_of, route
 from pyg_dist.partition.kernels import dedup_rows
 from pyg_dist.partition.common import type_offsets
 from pyg_dist.partition.writer import distinct
@@ -42,7 +42,7 @@ class EdgeFiles:
     bounds: Dict[EdgeType, np.ndarray]
 
     @classmethod
-    def share(cls, comm: Comm, source: ChunkedSource) -> "EdgeFiles":
+    def share(cls, comm: ArrayComm, source: ChunkedSource) -> "EdgeFiles":
         """Deals every edge type's chunk files to ranks in contiguous runs and agrees on
         their edge counts (each rank counts its own files)."""
         files, starts, bounds = {}, {}, {}
@@ -129,12 +129,12 @@ class LocalGraph:
     def n(self) -> int:
         return self.hi - self.lo
 
-    def ghost_values(self, comm: Comm, values: np.ndarray, what: str) -> np.ndarray:
+    def ghost_values(self, comm: ArrayComm, values: np.ndarray, what: str) -> np.ndarray:
         """The ghosts' entries of a per-node array (``values`` holds this rank's nodes)."""
         got = comm.alltoallv([values[s] for s in self.serve], what)
         return np.concatenate(got) if got else values[:0]
 
-    def slots(self, comm: Comm, values: np.ndarray, what: str) -> np.ndarray:
+    def slots(self, comm: ArrayComm, values: np.ndarray, what: str) -> np.ndarray:
         """``values`` of local nodes followed by the ghosts' (one array over slots)."""
         return np.concatenate([values, self.ghost_values(comm, values, what)])
 
@@ -183,7 +183,7 @@ def _slot_lists(lists_path: Path, size: int, lo: int, hi: int, block: int, scrat
     return ghosts, adj
 
 
-def build_local_graph(comm: Comm, source: ChunkedSource, files: EdgeFiles, scratch: Scratch,
+def build_local_graph(comm: ArrayComm, source: ChunkedSource, files: EdgeFiles, scratch: Scratch,
                       block: int, window_bytes: int) -> LocalGraph:
     """Streams this rank's edge chunks, sends both directions of every edge to the home
     of its first end, and builds the local neighbour lists (bounded rounds).

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pyg_dist.partition.distributed.comm import Comm
+from pyg_dist.partition.distributed.comm import ArrayComm
 from pyg_dist.rpc import DistContext
 from pyg_dist.rpc.runtime import init_process_group
 
@@ -12,10 +12,10 @@ from pyg_dist.rpc.runtime import init_process_group
 COLLECTIVE_TIMEOUT_S = 3600.0
 
 
-def join_ranks() -> Comm:
+def join_ranks() -> ArrayComm:
     """Initialises the gloo process group from ``torchrun``'s environment (with the
-    health watchdog) and returns this rank's :class:`Comm`."""
+    health watchdog) and returns this rank's :class:`ArrayComm`."""
     ctx = DistContext.from_env()
     ctx = init_process_group("gloo", ctx=ctx, timeout=timedelta(
         seconds=max(ctx.rpc_timeout, COLLECTIVE_TIMEOUT_S)))
-    return Comm(ctx.rank, ctx.world_size)
+    return ArrayComm(ctx.rank, ctx.world_size)

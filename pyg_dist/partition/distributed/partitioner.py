@@ -42,12 +42,12 @@ from typing import Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.format import io, leftovers
+from pyg_dist.format import files, io, leftovers
 from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.partition.common import Laps, PartitionTimings, type_offsets
 from pyg_dist.partition.distributed.assign import DistAssigner, random_local_parts
-from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
+from pyg_dist.partition.distributed.comm import ArrayComm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
 from pyg_dist.partition.distributed.rows import RowExchange, writer_of
 from pyg_dist.partition.options import PartitionOptions, check_options
@@ -80,7 +80,7 @@ class DistPartitioner(RowExchange):
         num_parts (int): number of partitions.
         root (str or Path): output folder (see the module docstring).
         memory_budget (int or str): bytes each rank may hold beyond its node arrays.
-        comm (Comm): the ranks (default: one rank).
+        comm (ArrayComm): the ranks (default: one rank).
         method (str): ``"metis"`` (label propagation + METIS on the cluster graph) or
             ``"random"``.
         seed (int): seed of every random choice.
@@ -93,10 +93,10 @@ class DistPartitioner(RowExchange):
 
     def __init__(self, input: Union[str, Path, ChunkedGraph], num_parts: int,
                  root: Union[str, Path], memory_budget: Union[int, str],
-                 comm: Optional[Comm] = None, method: str = "metis", seed: int = 0,
+                 comm: Optional[ArrayComm] = None, method: str = "metis", seed: int = 0,
                  overwrite: bool = False, halo_attrs: Iterable[str] = ("time",),
                  progress: bool = True, allow_external_paths: bool = False) -> None:
-        self.comm = comm or Comm()
+        self.comm = comm or ArrayComm()
         check_options(PartitionOptions(method, seed, memory_budget=memory_budget,
                                        allow_external_paths=allow_external_paths),
                       "multi_machine")
@@ -413,5 +413,5 @@ class DistPartitioner(RowExchange):
         comm.check("gathering the partitions", error)
         kill_if_requested("rename", comm.rank)
         if leaders[comm.rank] == comm.rank:
-            io._swap_in(tmp, self.root)
+            files.swap_in(tmp, self.root)
         comm.check("renaming the output folder", None)

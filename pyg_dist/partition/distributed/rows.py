@@ -8,7 +8,7 @@ import numpy as np
 
 from pyg_dist.format.meta import AttrSpec
 from pyg_dist.partition.common import type_offsets
-from pyg_dist.partition.distributed.comm import Comm, home_of, lookup, route
+from pyg_dist.partition.distributed.comm import ArrayComm, home_of, lookup, route
 from pyg_dist.partition.kernels import sorted_unique
 from pyg_dist.partition.outofcore.budget import MemoryBudget
 from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
@@ -28,13 +28,13 @@ class RowExchange:
     (which sets the attributes below before they run).
 
     Attributes:
-        comm (Comm): the ranks. source (ChunkedSource): the input. budget
+        comm (ArrayComm): the ranks. source (ChunkedSource): the input. budget
         (MemoryBudget): this rank's budget. num_parts (int): partitions. mine
         (List[int]): the partitions this rank writes. block (int): ids per round.
         halo_attrs (tuple): node attributes stored for halo nodes. files, node_ranges:
         this rank's share of the edges and nodes (set by the assign step).
     """
-    comm: Comm
+    comm: ArrayComm
     source: ChunkedSource
     budget: MemoryBudget
     num_parts: int

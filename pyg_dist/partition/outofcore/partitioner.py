@@ -18,7 +18,7 @@ memory budget allows:
 4. copy rows: node and edge data copied block by block into per-partition memory-mapped
    arrays (:mod:`.rows`);
 5. uid (over per-partition digests) and write: every file, the per-partition id maps
-   included, saved through :func:`~pyg_dist.format.io.atomic_dir` (``torch.save``
+   included, saved through :func:`~pyg_dist.format.files.atomic_dir` (``torch.save``
    streams a memory-mapped tensor without copying it).
 
 With the same assignment the output is identical to the in-memory path's, byte for

@@ -1,0 +1,166 @@
+""":func:`save`: every entry of ``state`` into a new version, published atomically."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+
+from pyg_dist.checkpoint import entries as ent
+from pyg_dist.checkpoint import files
+from pyg_dist.checkpoint.dense import save_dense
+from pyg_dist.checkpoint.entries import Entry
+from pyg_dist.checkpoint.errors import CheckpointError
+from pyg_dist.checkpoint.ranks import Ranks, restarts, same_everywhere
+from pyg_dist.checkpoint.sharded import TensorEntry, shard_file, split, write_rows
+from pyg_dist.format import files as fs
+
+PathLike = Union[str, os.PathLike]
+
+
+def save(path: PathLike, step: int, state: Optional[Dict[str, Any]] = None, *,
+         keep: int = 2, model: Optional[torch.nn.Module] = None, optimizer: Any = None,
+         embeddings: Any = (), sparse_optimizers: Any = (), loaders: Sequence[Any] = (),
+         extra: Optional[Dict[str, Any]] = None) -> str:
+    """Saves every entry of ``state`` as a new version of ``path`` and makes it the
+    current one (collective: every rank passes the same keys and kinds).
+
+    Args:
+        path: the checkpoint folder, visible to every rank (created if missing).
+        step (int): the training step (e.g. batches trained so far).
+        state (dict): ``{name: object}``; an object is a ``torch.nn.Module`` (plain or
+            DDP), a torch ``Optimizer`` (of a module in ``state``), a pyg_dist loader,
+            anything with ``state_dict()``/``load_state_dict()`` (``DistEmbedding``,
+            ``SparseAdam``/``SparseAdagrad``, LR schedulers, your own objects) or a JSON
+            value.
+        keep (int): complete versions to keep (older ones are removed after publishing).
+        model, optimizer, embeddings, sparse_optimizers, loaders, extra: the keyword form,
+            a thin mapping onto ``state``: ``model=m`` is ``state={"model": m}``,
+            ``optimizer=o`` is ``{"optimizer.0": o}`` (a list: ``.0``, ``.1``, ...),
+            ``loaders.<i>`` likewise, ``embeddings.<table name>``,
+            ``sparse_optimizers.<its tables' names>``, and ``extra=d`` is
+            ``{"extra": d}``.
+
+    Returns:
+        the name of the new version.
+
+    Raises:
+        TypeError, ValueError: naming the key or argument that is not what is expected, or
+            a key whose kind differs between ranks.
+        CheckpointError: when ``path/LATEST`` exists but is not a regular file.
+    """
+    ranks, root = Ranks.current(), Path(path) if isinstance(path, (str, os.PathLike)) else None
+    error, name, items, spec = None, None, [], None
+    try:
+        ent.check_path(path)
+        items = ent.entries(ent.from_keywords(state, model, optimizer, embeddings,
+                                              sparse_optimizers, loaders, extra))
+        ent.check_save(step, keep)
+        spec = [e.spec() for e in items]
+        if ranks.rank == 0:
+            root.mkdir(parents=True, exist_ok=True)
+            files.check_pointer(root)
+            name = fs.new_version(root, step)
+    except Exception as exc:  # raised on every rank by gather
+        error = exc
+    gathered = ranks.gather(error, (name, spec), f"saving checkpoint {path}")
+    same_everywhere([s for _, s in gathered], "save")
+    name = gathered[0][0]
+    try:
+        _save_parts(ranks, root, name, step, items, keep)
+    except Exception:
+        if ranks.rank == 0:  # the previous version stays current
+            fs.remove(root / name)
+        raise
+    return name
+
+
+def _save_parts(ranks: Ranks, root: Path, name: str, step: int, items: List[Entry],
+                keep: int) -> None:
+    folder = root / name
+    modules = {e.key: e.obj for e in items if e.kind == ent.MODULE}
+    if modules:
+        owners = ent.owner_of(items)
+        optimizers = {e.key: (e.obj, modules[owners[e.key]]) for e in items
+                      if e.kind == ent.OPTIMIZER}
+        save_dense(folder / files.MODEL, modules, optimizers, ranks.group)
+    error, shapes = None, {}
+    try:
+        shapes = _write_rank(folder, ranks, items)
+    except Exception as exc:
+        error = exc
+    every = ranks.gather(error, shapes, f"saving checkpoint {root}")
+    digests = _digest_version(ranks, folder)
+    try:
+        if ranks.rank == 0:
+            info = files.Info(step, ranks.world_size, restarts(),
+                              {e.key: [e.kind, e.cls] for e in items},
+                              {e.key: e.obj for e in items if e.kind == ent.JSON},
+                              _sharded(folder, items, every), digests)
+            files.publish(root, name, info, keep)
+    except Exception as exc:
+        error = exc
+    ranks.gather(error, None, f"publishing checkpoint {root / name}")
+
+
+def _write_rank(folder: Path, ranks: Ranks, items: List[Entry]) -> Dict[str, List[Any]]:
+    """Writes this rank's shards and state file; returns ``{key: [(shape, dtype, start,
+    stop)]}`` of each stateful entry's sharded tensors."""
+    plain, shapes = {}, {}
+    stateful = [e for e in items if e.kind == ent.STATEFUL]
+    for index, entry in enumerate(stateful):
+        tree, tensors = split(entry.obj.state_dict(), f"state['{entry.key}'].state_dict()")
+        ranges = write_rows(folder, index, tensors, ranks.rank)
+        plain[entry.key] = tree
+        shapes[entry.key] = [(list(t.shape), str(t.dtype).split(".")[-1], *r)
+                             for t, r in zip(tensors, ranges)]
+    loaders = {e.key: e.obj.state_dict() for e in items if e.kind == ent.LOADER}
+    files.write_rank_state(folder / files.rank_file(ranks.rank), ranks.rank,
+                           ranks.world_size, loaders, plain, torch.get_rng_state())
+    return shapes
+
+
+def _sharded(folder: Path, items: List[Entry], every: List[Dict[str, List[Any]]]
+             ) -> Dict[str, List[Dict[str, Any]]]:
+    """The ``sharded`` field of ``info.json`` from every rank's ranges (checked)."""
+    out = {}
+    stateful = [e for e in items if e.kind == ent.STATEFUL]
+    for index, entry in enumerate(stateful):
+        per_rank = [shapes[entry.key] for shapes in every]
+        if any(len(p) != len(per_rank[0]) for p in per_rank):
+            raise ValueError(f"state['{entry.key}']: ranks hold different numbers of sharded "
+                             f"tensors ({[len(p) for p in per_rank]})")
+        tensors = []
+        for i, (shape, dtype, _, _) in enumerate(per_rank[0]):
+            if any(tuple(p[i][:2]) != (shape, dtype) for p in per_rank):
+                raise ValueError(f"state['{entry.key}']: sharded tensor {i} differs in shape "
+                                 f"or dtype between ranks")
+            shards = [[shard_file(index, i, r), p[i][2], p[i][3]]
+                      for r, p in enumerate(per_rank)]
+            raw = {"shape": shape, "dtype": dtype, "shards": shards}
+            try:
+                TensorEntry.from_json(raw, f"state['{entry.key}'] sharded tensor {i}")
+            except CheckpointError as exc:
+                raise ValueError(f"{exc}: its rows are not split over the ranks in order") \
+                    from None
+            tensors.append(raw)
+        out[entry.key] = tensors
+    return out
+
+
+def _digest_version(ranks: Ranks, folder: Path) -> Dict[str, str]:
+    """Collective: the digest of every file of the version ``folder`` (rank 0 lists them,
+    each rank reads its share)."""
+    error, names, digests = None, None, {}
+    try:
+        names = files.version_files(folder) if ranks.rank == 0 else None
+    except Exception as exc:
+        error = exc
+    names = ranks.gather(error, names, f"listing checkpoint {folder}")[0]
+    try:
+        digests = files.digest_files(folder, names[ranks.rank::ranks.world_size])
+    except Exception as exc:
+        error = exc
+    shares = ranks.gather(error, digests, f"computing digests of checkpoint {folder}")
+    return {rel: value for share in shares for rel, value in sorted(share.items())}

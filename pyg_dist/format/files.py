@@ -1,0 +1,263 @@
+"""The one file-system helper: atomic files, atomic folders and versioned ``LATEST`` pointers.
+
+Everything pyg_dist writes that must never be seen half written goes through here:
+partition folders, checkpoints, inference exports and the shared feature cache.
+
+- :func:`atomic_write`: a file is written under a hidden temporary name beside it, flushed
+  to disk (``fsync``), renamed into place (``os.replace``) and its folder's entry flushed
+  too, so after a crash the file is either the old one or the new one, complete.
+- :func:`atomic_dir`: a folder is written as a hidden temporary sibling, flushed, and
+  renamed in (an existing ``out`` is moved aside and back on failure); leftovers of killed
+  writers are cleaned by :mod:`pyg_dist.format.leftovers`.
+- versioned folders: a root holds version folders named ``step<9+ digits>-<8 hex>``
+  (:func:`new_version`) and a ``LATEST`` file naming the current one (:func:`write_latest`,
+  :func:`read_latest`). ``LATEST`` must be a regular file naming a version folder that
+  exists; anything else is a :class:`PointerError` naming it, never "no version".
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import stat
+import uuid
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, Optional, Union
+
+from pyg_dist.format import leftovers
+
+PathLike = Union[str, os.PathLike]
+
+LATEST = "LATEST"
+VERSION_NAME = re.compile(r"step(\d{9,})-[0-9a-f]{8}")
+_POINTER_BYTES = 256
+
+
+class PointerError(ValueError):
+    """A ``LATEST`` pointer is not a regular file naming a version folder."""
+
+
+def fsync_dir(folder: PathLike) -> None:
+    """Flushes ``folder``'s entries (creations, renames) to disk, where the file system
+    can (some refuse ``fsync`` of a folder: that is not an error)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def temporary_name(path: Path) -> Path:
+    """A hidden, unique temporary name beside ``path`` (``.NAME.<hex>.tmp``)."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+
+
+def replace_synced(handle: Any, tmp: PathLike, path: PathLike) -> None:
+    """Flushes the open file ``handle`` (written at ``tmp``) to disk, renames ``tmp`` to
+    ``path`` and flushes the folder's entry: the last step of every atomic file write."""
+    handle.flush()
+    os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+
+
+def atomic_write(path: PathLike, write: Callable[[Any], None], binary: bool = True) -> None:
+    """Writes ``path`` atomically and durably (temporary file, ``fsync``, rename, ``fsync``
+    of the folder).
+
+    Args:
+        path: the file to write.
+        write: ``write(f)`` writes the content into the open file ``f``.
+        binary: open the file in binary mode.
+    """
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, "wb" if binary else "w") as handle:
+            write(handle)
+            replace_synced(handle, tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(path: PathLike, text: str) -> None:
+    """Writes ``text`` into ``path`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text), binary=False)
+
+
+def write_json(path: PathLike, obj: Any) -> None:
+    """Writes ``obj`` as indented JSON into ``path`` atomically."""
+    write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def sync_tree(folder: Path) -> None:
+    """Flushes every file and folder under ``folder`` (and it) to disk."""
+    for base, _, names in os.walk(folder):
+        for name in names:
+            file = Path(base, name)
+            if file.is_symlink() or not file.is_file():
+                continue
+            fd = os.open(file, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(base)
+
+
+@contextmanager
+def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yields a temporary folder next to ``out``; flushes it and renames it to ``out`` on
+    success.
+
+    A crash leaves ``out`` either as it was or complete, never half written. The
+    temporary folder records its writer; leftovers of killed writes of ``out`` are
+    removed first when their writer is provably gone
+    (:func:`~pyg_dist.format.leftovers.clean_stale`; others are kept with a warning).
+
+    Args:
+        out: the folder to create.
+        overwrite: replace an existing, non-empty ``out``.
+
+    Raises:
+        FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"output {out} exists and is not a folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    leftovers.clean_stale(out)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"output folder {out} exists and is not empty "
+                              f"(pass overwrite=True / --overwrite to replace it)")
+    tmp = leftovers.claim(out)
+    try:
+        yield tmp
+        sync_tree(tmp)
+        swap_in(tmp, out)
+    finally:
+        leftovers.release(tmp, out)
+
+
+def swap_in(tmp: Path, out: Path) -> None:
+    """Moves the complete folder ``tmp`` to ``out``; a replaced ``out`` is moved aside
+    (:func:`~pyg_dist.format.leftovers.old_path`), and back on failure."""
+    old = leftovers.old_path(tmp)
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    fsync_dir(out.parent)
+
+
+def remove(path: Path) -> None:
+    """Removes a folder or file; failures only warn (used for what is no longer current)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as exc:
+        warnings.warn(f"could not remove {path}: {exc}")
+
+
+# ---- versioned folders ----------------------------------------------------------------
+def new_version(root: Path, step: int) -> str:
+    """Creates a new, empty version folder for ``step`` in ``root`` (and ``root``);
+    returns its name."""
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step{step:09d}-{uuid.uuid4().hex[:8]}"
+    (root / name).mkdir()
+    return name
+
+
+def regular_file(file: Path) -> os.stat_result:
+    """``lstat`` of ``file``; raises :class:`PointerError` naming it unless it is a regular
+    file (a folder, FIFO, device or link is refused before anything reads it)."""
+    try:
+        info = os.lstat(file)
+    except OSError as exc:
+        raise PointerError(f"{file}: missing or unreadable ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise PointerError(f"{file}: not a regular file")
+    return info
+
+
+def has_latest(root: Path) -> bool:
+    """Whether ``root/LATEST`` exists; raises :class:`PointerError` naming it when it
+    exists but is not a regular file (e.g. a folder or a FIFO that would block a read)."""
+    pointer = root / LATEST
+    if not os.path.lexists(pointer):
+        return False
+    regular_file(pointer)
+    return True
+
+
+def read_latest(root: Path, complete: Callable[[Path], bool] = Path.is_dir) -> Optional[str]:
+    """The version ``root/LATEST`` names; ``None`` when there is none yet (no ``root`` or
+    no ``LATEST`` in it).
+
+    Args:
+        root: the folder of versions.
+        complete: ``complete(folder)`` tells whether a version folder is complete.
+
+    Raises:
+        PointerError: naming ``root`` or ``LATEST`` when ``root`` is not a folder, or
+            ``LATEST`` is not a regular file naming a complete version of ``root``.
+    """
+    if not os.path.lexists(root):
+        return None
+    if not root.is_dir():
+        raise PointerError(f"{root} is not a folder")
+    if not has_latest(root):
+        return None
+    pointer = root / LATEST
+    try:
+        with open(pointer, "rb") as handle:
+            name = handle.read(_POINTER_BYTES).decode("utf-8", errors="replace").strip()
+    except OSError as exc:
+        raise PointerError(f"{pointer}: cannot be read ({exc.strerror})") from None
+    if not VERSION_NAME.fullmatch(name) or not complete(root / name):
+        raise PointerError(f"{pointer} names {name[:80]!r}, which is not a complete version "
+                           f"in {root}")
+    return name
+
+
+def write_latest(root: Path, name: str) -> None:
+    """Makes version ``name`` of ``root`` the current one (atomically replaces ``LATEST``)."""
+    if not VERSION_NAME.fullmatch(name) or not (root / name).is_dir():
+        raise ValueError(f"{name!r} is not a version folder of {root}")
+    write_text(root / LATEST, name + "\n")
+
+
+def versions(root: Path) -> List[Path]:
+    """The version folders of ``root``, oldest (lowest step) first."""
+    found = [p for p in root.iterdir() if VERSION_NAME.fullmatch(p.name) and p.is_dir()
+             and not p.is_symlink()]
+    return sorted(found, key=lambda p: (int(VERSION_NAME.fullmatch(p.name).group(1)),
+                                        p.stat().st_mtime))
+
+
+def prune(root: Path, current: str, keep: int, complete: Callable[[Path], bool]) -> None:
+    """Keeps ``current`` and the newest ``keep - 1`` other complete versions of ``root``;
+    removes the rest (also incomplete ones, left by crashed writes) and stale temporary
+    files. Failures only warn: ``current`` is published already."""
+    others = [p for p in versions(root) if p.name != current]
+    done = [p for p in others if complete(p)]
+    broken = [p for p in others if not complete(p)]
+    for old in done[:max(0, len(done) - (keep - 1))] + broken:
+        remove(old)
+    for stale in root.glob(".*.tmp"):
+        remove(stale)
