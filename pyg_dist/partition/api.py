@@ -3,7 +3,7 @@
 ``partition(source, out, num_parts, ...)`` runs the partition pipeline on a
 ``Data``/``HeteroData`` or a chunked graph folder, in memory, out of core (a chunked
 folder with ``memory_budget``) or with every rank of a ``torchrun`` job taking a share
-(``WORLD_SIZE`` > 1, or a :class:`~pyg_dist.partition.distributed.Comm` of several
+(``WORLD_SIZE`` > 1, or a :class:`~pyg_dist.partition.distributed.ArrayComm` of several
 ranks). Options a mode cannot run fail the same way in every mode
 (:mod:`pyg_dist.partition.options`).
 """
@@ -22,7 +22,7 @@ from pyg_dist.chunked.assemble import to_data
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.partition.common import PartitionTimings
 from pyg_dist.datasets.errors import MissingDependencyError
-from pyg_dist.partition.distributed import Comm, DistPartitioner
+from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
 from pyg_dist.partition.distributed.launch import join_ranks
 from pyg_dist.partition.options import (MODES, PartitionOptionError, PartitionOptions,
                                         check_options)
@@ -98,7 +98,7 @@ def partition(source: Source, out: Union[str, Path], num_parts: int, method: str
               coarsen: Optional[bool] = None, recursive: Optional[bool] = None,
               assignment: Any = None, overwrite: bool = False,
               halo_attrs: Iterable[str] = ("time",), progress: bool = True,
-              allow_external_paths: bool = False, comm: Optional[Comm] = None,
+              allow_external_paths: bool = False, comm: Optional[ArrayComm] = None,
               mode: Optional[str] = None) -> PartitionResult:
     """Partitions ``source`` into ``num_parts`` partitions under ``out``.
 
@@ -115,7 +115,7 @@ def partition(source: Source, out: Union[str, Path], num_parts: int, method: str
             core holding at most this many bytes (``"4GB"``) beyond a few per node; each
             rank's budget in a multi-machine run (default ``"1GB"`` there).
         allow_external_paths (bool): read chunk files outside the folder too.
-        comm (Comm, optional): the ranks of a multi-machine run (default: the default
+        comm (ArrayComm, optional): the ranks of a multi-machine run (default: the default
             process group's, which must be initialised when ``WORLD_SIZE`` > 1).
         mode (str, optional): force a mode (default: :func:`choose_mode`).
 
@@ -156,7 +156,7 @@ def _one_machine(source: Source, out: Union[str, Path], num_parts: int,
 
 
 def _multi_machine(source: Source, out: Union[str, Path], num_parts: int,
-                   options: PartitionOptions, common: dict, comm: Optional[Comm]
+                   options: PartitionOptions, common: dict, comm: Optional[ArrayComm]
                    ) -> PartitionResult:
     """Every rank opens the input (a failure on one stops all), then partitions."""
     if isinstance(source, (Data, HeteroData)):
@@ -165,7 +165,7 @@ def _multi_machine(source: Source, out: Union[str, Path], num_parts: int,
     if isinstance(budget, str):
         parse_size(budget)  # a bad one fails before the ranks join
     if comm is None:
-        comm = Comm(dist.get_rank(), dist.get_world_size()) if dist.is_initialized() \
+        comm = ArrayComm(dist.get_rank(), dist.get_world_size()) if dist.is_initialized() \
             else join_ranks()
     part, error = None, None
     try:

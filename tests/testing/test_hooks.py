@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pyg_dist import hooks
 
-PACKAGE = Path(hooks.__file__).resolve().parents[1]
+PACKAGE = Path(hooks.__file__).resolve().parent
 # The distributed partitioner still reads its two variables itself; the partition rework
 # switches it to hooks.kill_if_requested / hooks.partition_unshared, then this set empties.
 NOT_YET_MOVED: set = set()
