@@ -62,6 +62,7 @@ def _needs_kaminpar(name: str) -> None:
         pytest.importorskip("kaminpar")
 
 
+@pytest.mark.multiprocess  # the multi-machine mode runs METIS in a child process
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_every_option_runs_or_fails_the_same_way_in_every_mode(graphs, tmp_path: Path,
                                                                   name: str) -> None:
