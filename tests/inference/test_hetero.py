@@ -97,6 +97,7 @@ def _job(root: str, names, batch_size: int, mmap: bool, direct: bool) -> Dict:
                            progress=False, ctx=ctx)
         out[name] = {t: (*rows.own_range(r), rows.own_rows(r, *rows.own_range(r)))
                      for t, r in result.items()}
+        del result  # a to_hetero result still held at exit after shutdown_rpc hangs exit
     shutdown_rpc()
     return out
 
