@@ -6,6 +6,7 @@ import ctypes
 import sys
 
 MADV_RANDOM = 1
+MADV_DONTNEED = 4
 MADV_HUGEPAGE = 14
 PAGE = 4096
 

@@ -1,7 +1,7 @@
 """``pyg_dist.infer``: one entry for exact layer-wise and sampled inference."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -12,12 +12,15 @@ from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 
 def infer(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphStore], *,
-          num_neighbors: Optional[List[int]] = None, **options: Any) -> DistTensor:
+          num_neighbors: Optional[List[int]] = None, **options: Any
+          ) -> Union[DistTensor, Dict[str, DistTensor]]:
     """Every node's output of ``model`` over the partitioned graph (collective).
 
     Without ``num_neighbors``: exact, one layer at a time (:func:`layerwise`: equals
-    full-batch ``model(x, edge_index)``); with it: on sampled neighbourhoods, every node
-    exactly once (:func:`sampled`, for models that cannot be split into layers).
+    full-batch ``model(x, edge_index)``, or a ``to_hetero`` model's ``model(x_dict,
+    edge_index_dict)`` on a heterogeneous graph); with it: on sampled neighbourhoods,
+    every node exactly once (:func:`sampled`, for homogeneous models that cannot be
+    split into layers).
 
     Args:
         model (torch.nn.Module): the trained model.
@@ -28,7 +31,8 @@ def infer(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphStore
 
     Returns:
         DistTensor: every node's row, sharded like the graph (export it with
-        :func:`~pyg_dist.inference.export`).
+        :func:`~pyg_dist.inference.export`); a dict of them by node type on a
+        heterogeneous graph.
     """
     if num_neighbors is None:
         return layerwise(model, data, **options)

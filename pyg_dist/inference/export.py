@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -30,22 +30,28 @@ from pyg_dist.format import files, io
 from pyg_dist.format.id_maps import read_part_ids
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc import DistContext
+from pyg_dist.typing import NodeType
 
 PathLike = Union[str, Path]
+Result = Union[DistTensor, Mapping[NodeType, DistTensor]]
+FORMATS = ("npy", "parquet")
 
 
-def export(result: DistTensor, partition_dir: PathLike, out_dir: PathLike, *,
-           overwrite: bool = False, chunk: int = 65536,
+def export(result: Result, partition_dir: PathLike, out_dir: PathLike, *,
+           overwrite: bool = False, chunk: int = 65536, format: str = "npy",
            ctx: Optional[DistContext] = None) -> Path:
     """Writes every node's row of ``result`` to ``out_dir`` by original node id (collective).
 
     Args:
-        result (DistTensor): rows of every node, sharded like the graph (as
-            :func:`~pyg_dist.inference.layerwise` returns them).
+        result (DistTensor or Dict[str, DistTensor]): rows of every node, sharded like
+            the graph (as :func:`~pyg_dist.inference.layerwise` returns them); a dict by
+            node type for heterogeneous graphs (the types it holds are exported).
         partition_dir (str or Path): the partition folder (for the original ids).
         out_dir (str or Path): the export folder to create.
         overwrite (bool): replace an existing, non-empty ``out_dir``.
         chunk (int): rows read and written at a time.
+        format (str): ``"npy"``, or ``"parquet"``: also a parquet file per pair, beside
+            the ``.npy`` files (columns ``id`` and ``values``; needs ``pyarrow``).
         ctx (DistContext, optional): this process's context (default: from the env).
 
     Returns:
@@ -56,13 +62,13 @@ def export(result: DistTensor, partition_dir: PathLike, out_dir: PathLike, *,
     """
     ctx = ctx or DistContext.from_env()
     meta = io.read_meta(partition_dir)
-    if meta.is_hetero:
-        raise NotImplementedError("export of heterogeneous graphs is not implemented yet")
-    if result.dim() != 2 or result.shape[0] != meta.num_nodes[meta.node_types[0]]:
-        raise ValueError(f"result must hold one row per node ({meta.num_nodes}), got shape "
-                         f"{tuple(result.shape)}")
+    tensors = _by_type(result, meta)
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if format == "parquet":
+        fmt.require_pyarrow()
     out = Path(out_dir)
-    comm = result.comm
+    comm = next(iter(tensors.values())).comm
     token = comm.all_gather_object(uuid.uuid4().hex)[0]
     view = _shared_with(out, token, comm)
     part = ctx.partition_id(meta.num_parts)
@@ -80,14 +86,17 @@ def export(result: DistTensor, partition_dir: PathLike, out_dir: PathLike, *,
         error = None
         try:
             if leader:
-                _write_pair(result, partition_dir, meta, part, folder, chunk)
+                for node_type, tensor in tensors.items():
+                    _write_pair(tensor, partition_dir, meta, node_type, part, folder, chunk,
+                                format == "parquet")
         except Exception as exc:  # re-raised by agree, and reported to every other rank
             error = exc
         comm.agree(error, f"writing export {out}")
         if tmp is not None:
             parts = sorted(ctx.partition_of(r, meta.num_parts) for r in view)
-            entries = [fmt.pair_paths(meta.node_types[0], p) for p in dict.fromkeys(parts)]
-            files.write_json(tmp / fmt.MANIFEST, fmt.manifest({meta.node_types[0]: entries}))
+            entries = {t: [fmt.pair_paths(t, p, format == "parquet")
+                           for p in dict.fromkeys(parts)] for t in tensors}
+            files.write_json(tmp / fmt.MANIFEST, fmt.manifest(entries))
     comm.agree(None, f"finishing export {out}")  # nobody returns before out_dir is there
     return out
 
@@ -111,11 +120,32 @@ def _shared_with(out: Path, token: str, comm) -> List[int]:
     return seen
 
 
-def _write_pair(result: DistTensor, partition_dir: PathLike, meta: PartitionMeta, part: int,
-                folder: Path, chunk: int) -> None:
-    """Writes partition ``part``'s ids and rows into ``folder`` (``chunk`` rows at a time)."""
-    node_type = meta.node_types[0]
-    paths: Dict[str, str] = fmt.pair_paths(node_type, part)
+def _by_type(result: Result, meta: PartitionMeta) -> Dict[NodeType, DistTensor]:
+    """``result`` by node type, each checked to hold one row per node of its type."""
+    if isinstance(result, DistTensor):
+        if meta.is_hetero:
+            raise ValueError("the graph is heterogeneous: result must be a dict of node type "
+                             "-> DistTensor (as layerwise returns it)")
+        result = {meta.node_types[0]: result}
+    if not isinstance(result, Mapping) or not result:
+        raise TypeError(f"result must be a DistTensor or a non-empty dict of node type -> "
+                        f"DistTensor, got {type(result).__name__}")
+    for node_type, tensor in result.items():
+        if node_type not in meta.node_types or not isinstance(tensor, DistTensor):
+            raise ValueError(f"result[{node_type!r}]: not a DistTensor of a node type of the "
+                             f"graph ({list(meta.node_types)})")
+        if tensor.dim() != 2 or tensor.shape[0] != meta.num_nodes[node_type]:
+            raise ValueError(f"result[{node_type!r}] must hold one row per node "
+                             f"({meta.num_nodes[node_type]}), got shape {tuple(tensor.shape)}")
+    return {t: result[t] for t in meta.node_types if t in result}
+
+
+def _write_pair(result: DistTensor, partition_dir: PathLike, meta: PartitionMeta,
+                node_type: NodeType, part: int, folder: Path, chunk: int,
+                parquet: bool) -> None:
+    """Writes partition ``part``'s ids and rows of ``node_type`` into ``folder`` (``chunk``
+    rows at a time), and their parquet file if ``parquet``."""
+    paths: Dict[str, str] = fmt.pair_paths(node_type, part, parquet)
     ids = read_part_ids(partition_dir, meta, part)[node_type]
     (folder / paths["ids"]).parent.mkdir(parents=True, exist_ok=True)
     np.save(folder / paths["ids"], ids.numpy().astype(np.int64, copy=False))
@@ -127,3 +157,6 @@ def _write_pair(result: DistTensor, partition_dir: PathLike, meta: PartitionMeta
         values[lo:hi] = rows.read_rows(result, torch.arange(start + lo, start + hi)).numpy()
     values.flush()
     del values
+    if parquet:
+        fmt.write_parquet(folder / paths["parquet"], folder / paths["ids"],
+                          folder / paths["values"], chunk)

@@ -8,6 +8,9 @@ Contract (other tools read it; change it only with a version bump)::
 Each ``ids`` file is a ``.npy`` of int64 original node ids and its ``values`` file a
 ``.npy`` float32 ``[len(ids), dim]``; one pair per partition; paths are relative to
 ``DIR``. Homogeneous graphs use the node type ``"_N"`` (the partition format's name).
+An entry may also name a ``"parquet"`` file beside the pair (``export(format=
+"parquet")``): the same rows as columns ``id`` (int64) and ``values`` (fixed-size lists
+of float32), for pandas/Spark; readers that only know the pair ignore it.
 """
 from __future__ import annotations
 
@@ -33,10 +36,41 @@ def manifest(entries: Dict[str, List[Dict[str, str]]]) -> Dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "node_types": entries}
 
 
-def pair_paths(node_type: str, part: int) -> Dict[str, str]:
-    """Relative paths of partition ``part``'s file pair of ``node_type``."""
+def pair_paths(node_type: str, part: int, parquet: bool = False) -> Dict[str, str]:
+    """Relative paths of partition ``part``'s file pair of ``node_type`` (and its parquet
+    file if ``parquet``)."""
     folder = "".join(c if c.isalnum() or c in "_-." else "_" for c in node_type)
-    return {"ids": f"{folder}/part_{part}.ids.npy", "values": f"{folder}/part_{part}.values.npy"}
+    paths = {"ids": f"{folder}/part_{part}.ids.npy",
+             "values": f"{folder}/part_{part}.values.npy"}
+    if parquet:
+        paths["parquet"] = f"{folder}/part_{part}.parquet"
+    return paths
+
+
+def require_pyarrow() -> None:
+    """Raises ImportError with the install hint when pyarrow is missing."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ImportError("parquet export needs pyarrow: pip install 'pyg_dist[parquet]'") \
+            from None
+
+
+def write_parquet(path: Path, ids_path: Path, values_path: Path, chunk: int) -> None:
+    """Writes a pair's rows as a parquet file (one row group per ``chunk`` rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = np.load(ids_path, mmap_mode="r")
+    values = np.load(values_path, mmap_mode="r")
+    dim = int(values.shape[1])
+    schema = pa.schema([("id", pa.int64()), ("values", pa.list_(pa.float32(), dim))])
+    with pq.ParquetWriter(str(path), schema) as writer:
+        for lo in range(0, max(ids.shape[0], 1), chunk):
+            flat = pa.array(np.ascontiguousarray(values[lo:lo + chunk]).reshape(-1))
+            column = pa.FixedSizeListArray.from_arrays(flat, dim)
+            writer.write_table(pa.table([pa.array(np.asarray(ids[lo:lo + chunk])), column],
+                                        schema=schema))
 
 
 def read_manifest(root: PathLike) -> Dict[str, List[Tuple[Path, Path]]]:
@@ -75,8 +109,11 @@ def _list(path: Path, node_type: str, pairs: Any) -> list:
 
 def _pair(root: Path, path: Path, node_type: str, i: int, entry: Any) -> Tuple[Path, Path]:
     where = f"{path}: node_types[{node_type!r}][{i}]"
-    if not isinstance(entry, dict) or set(entry) != {"ids", "values"}:
-        raise ExportFormatError(f"{where} must have exactly the keys 'ids' and 'values'")
+    if not isinstance(entry, dict) or set(entry) - {"parquet"} != {"ids", "values"}:
+        raise ExportFormatError(f"{where} must have exactly the keys 'ids' and 'values' "
+                                f"(and optionally 'parquet')")
+    if "parquet" in entry:
+        _inside(root, entry["parquet"], where)
     return _inside(root, entry["ids"], where), _inside(root, entry["values"], where)
 
 

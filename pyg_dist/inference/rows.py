@@ -10,14 +10,22 @@ ones), so loader seeds are translated here; nothing else in the package indexes 
 from __future__ import annotations
 
 import itertools
+import math
+import os
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Optional, Set, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from pyg_dist.embedding import DistTensor
 from pyg_dist.format.book import RangeBook
+from pyg_dist.madvise import MADV_DONTNEED, advise
+from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler.features import FeatureFetcher
+from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.typing import NodeType
 
 _RUNS = itertools.count()
 
@@ -138,3 +146,109 @@ def batch_seeds(batch: object) -> Tensor:
     """The relabelled ids of a loader batch's seed nodes (its first ``batch_size`` nodes;
     ``batch.n_id`` holds their original ids)."""
     return batch.part_n_id[:batch.batch_size]
+
+
+class FeatureRows:
+    """The first layer's input: node features read where the partitions keep them.
+
+    Own rows come from the local store, other partitions' rows through the sampler's
+    feature fetcher (one request per owner per batch, or straight from a same-machine
+    partition's mapped files when direct reads are on), so the features are never
+    copied into a ``DistTensor``.
+
+    Args:
+        features (LocalFeatureStore): this rank's partition's features.
+        x_attr (str): the node feature attribute.
+        serving (tuple, optional): ``(RpcGroup, LocalSampler)`` serving this partition
+            (``None`` in a single process: every row is local).
+    """
+
+    def __init__(self, features: object, x_attr: str,
+                 serving: Optional[Tuple[RpcGroup, LocalSampler]] = None) -> None:
+        meta = features.meta
+        self.features, self.x_attr = features, x_attr
+        self.widths: Dict[NodeType, int] = {}
+        for node_type in meta.node_types:
+            spec = meta.node_attrs.get(node_type, {}).get(x_attr)
+            if spec is not None and features.has(node_type, x_attr):
+                if len(spec.shape) != 1:
+                    raise ValueError(f"node attribute '{x_attr}' of {node_type!r} must be a "
+                                     f"2-D feature matrix, got rows of shape {spec.shape}")
+                self.widths[node_type] = int(spec.shape[0])
+        self.group = serving[0] if serving is not None else None
+        self.fetcher = None if serving is None else FeatureFetcher(
+            serving[0], serving[1], meta, node_attrs={t: [x_attr] for t in self.widths},
+            edge_attrs={t: [] for t in meta.edge_types})
+        self.books = {t: meta.node_book(t) for t in self.widths}
+        self.part = features.part
+
+    def read(self, node_type: NodeType, ids: Tensor) -> Optional[Tensor]:
+        """float32 features of relabelled ``ids`` (``None``: the type has none)."""
+        if node_type not in self.widths:
+            return None
+        book = self.books[node_type]
+        start = book.start(self.part)
+        remote = (ids < start) | (ids >= start + book.size(self.part))
+        if not bool(remote.any()):
+            return self.features.gather(node_type, self.x_attr, ids).to(torch.float32)
+        count_fetched(int(remote.sum()), 4 * self.widths[node_type])
+        assert self.fetcher is not None and self.group is not None, \
+            "remote rows without an RPC group"
+        got = self.group.loop.run(self.fetcher.fetch({node_type: ids}, {}, wire=False),
+                                  timeout=self.group.ctx.rpc_timeout + 5)
+        return got.nodes[node_type][self.x_attr].to(torch.float32)
+
+
+
+class Scratch:
+    """Where the hidden states of one inference run live: in memory, or in files mapped
+    from ``folder`` (for hidden states larger than memory: the kernel writes their pages
+    back and drops them instead of running out of memory). A file is unlinked as soon as
+    it is mapped, so nothing is left behind, even by a killed process. After every
+    batch (:meth:`after_batch`) the mapped pages leave this process's resident set
+    (``madvise(MADV_DONTNEED)``: they stay in the page cache, or on disk, and fault back
+    in when read), so a process holds about one batch of hidden states.
+
+    Args:
+        folder (str or Path, optional): an existing folder on a local disk (``None``:
+            memory).
+    """
+
+    def __init__(self, folder: Optional[Union[str, Path]] = None) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        if self.folder is not None and not self.folder.is_dir():
+            raise ValueError(f"scratch_dir {self.folder} is not an existing folder")
+        self.mapped: Set[str] = set()
+
+    def node_rows(self, name: str, book: RangeBook, dim: int) -> DistTensor:
+        """A zero float32 ``[num_nodes, dim]`` tensor sharded like the graph (collective)."""
+        if self.folder is None:
+            return node_rows(name, book, dim)
+        path = self.folder / f".{name}.{os.getpid()}.f32"
+
+        def mapped(shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
+            count = math.prod(shape)
+            if count == 0:
+                return torch.zeros(shape, dtype=dtype)
+            data = torch.from_file(str(path), shared=True, size=count, dtype=dtype)
+            path.unlink()  # the mapping keeps the pages; the name is not needed
+            return data.view(shape)
+
+        tensor = DistTensor((book.total, dim), dtype=torch.float32, name=name, partition=book,
+                            init_func=mapped)
+        self.mapped.add(tensor.name)
+        return tensor
+
+    def after_batch(self, tensors: Iterable[DistTensor]) -> None:
+        """Drops the mapped pages of ``tensors`` from this process's resident set."""
+        for tensor in tensors:
+            if tensor.name in self.mapped:
+                with tensor.lock:
+                    data = tensor.local_data
+                    advise(data.data_ptr(), data.numel() * 4, MADV_DONTNEED, inward=False)
+
+    def release(self, tensor: DistTensor) -> None:
+        """Frees (or unmaps) this rank's rows of an intermediate tensor nobody reads any
+        more (every rank must have passed a barrier after its last read)."""
+        release(tensor)
+        self.mapped.discard(tensor.name)

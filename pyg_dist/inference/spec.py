@@ -7,8 +7,10 @@ only (one hop of message passing), and whatever runs between layers treats every
 node's row on its own (activations, eval-mode batch norm, dropout). PyG's
 :class:`~torch_geometric.nn.models.basic_gnn.BasicGNN` models (``GCN``,
 ``GraphSAGE``, ``GIN``, ``GAT``, ``PNA``, ``EdgeCNN``) are described automatically
-(:func:`spec_of`); other models describe themselves with a method
-``layerwise_spec(self) -> LayerwiseSpec``.
+(:func:`spec_of`), and so are ``to_hetero`` models (read from their traced graph by
+:mod:`pyg_dist.inference.fx`); other models describe themselves with a method
+``layerwise_spec(self) -> LayerwiseSpec`` (on a heterogeneous graph, layers given as
+``HeteroConv`` or dicts of edge type -> module, ``after`` on dicts of node type -> rows).
 
 Example (a user model)::
 
@@ -27,15 +29,18 @@ Example (a user model)::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
 from torch_geometric.nn import conv as pyg_conv
+from torch_geometric.nn.conv import HeteroConv
 from torch_geometric.nn import norm as pyg_norm
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
-AfterFunc = Callable[[int, Tensor], Tensor]
+from pyg_dist.typing import EdgeType
+
+AfterFunc = Callable[[int, Any], Any]
 
 SAMPLED_HINT = ("run it with sampled inference instead: pyg_dist.infer(model, data, "
                 "num_neighbors=[...])")
@@ -55,38 +60,95 @@ class LayerwiseSpec:
     """A model as layer-wise inference runs it.
 
     Args:
-        layers (Sequence[torch.nn.Module]): the message-passing layers in order; each
-            is called as ``layer(x, edge_index)`` on a subgraph whose first rows are the
-            destination nodes of a batch, followed by their in-neighbours, with every
-            in-edge of those destinations; only the destinations' output rows are kept.
-            A layer must compute a node's output from its own row and its in-neighbours'
-            rows only. ``GCNConv`` with ``normalize=True`` is handled specially (its
-            degree normalisation uses the degrees of the whole graph).
+        layers (Sequence): the message-passing layers in order. On a homogeneous graph
+            each is a ``torch.nn.Module`` called as ``layer(x, edge_index)`` on a
+            subgraph whose first rows are the destination nodes of a batch, followed by
+            their in-neighbours, with every in-edge of those destinations; only the
+            destinations' output rows are kept. On a heterogeneous graph each is a
+            :class:`~torch_geometric.nn.conv.HeteroConv` or a dict of edge type ->
+            module; a module of an edge type between two node types is called as
+            ``layer((x_src, x_dst), edge_index)``, and the outputs into one node type
+            are combined with the ``HeteroConv``'s ``aggr`` (else :attr:`aggr`).
+            A layer must compute a node's output from its own row and its
+            in-neighbours' rows only. ``GCNConv`` with ``normalize=True`` is handled
+            specially (its degree normalisation uses the degrees of the whole graph).
         after (callable, optional): ``after(i, x)`` runs on the output rows of layer ``i``
             (every layer, the last included); it must treat every row on its own
-            (activations, eval-mode batch norm, a final linear layer). ``None``: nothing.
+            (activations, eval-mode batch norm, a final linear layer). On a
+            heterogeneous graph ``x`` is a dict ``{node_type: rows}`` of the types layer
+            ``i`` updated, and ``after`` returns a dict; a type it leaves out has no
+            output from layer ``i`` (types a layer does not update keep their rows).
+            ``None``: nothing.
+        aggr (str): how the outputs of several edge types into one node type combine,
+            for layers given as dicts (``"sum"``, ``"mean"``, ``"max"``, ``"min"``,
+            ``"cat"``). (default: ``"sum"``)
     """
-    layers: Sequence[torch.nn.Module]
+    layers: Sequence[Any]
     after: Optional[AfterFunc] = None
+    aggr: str = "sum"
 
     def __post_init__(self) -> None:
         if len(self.layers) == 0:
             raise NotLayerwiseError("LayerwiseSpec.layers is empty: a model needs at least "
                                     "one message-passing layer")
         for i, layer in enumerate(self.layers):
-            if not isinstance(layer, torch.nn.Module):
-                raise NotLayerwiseError(f"LayerwiseSpec.layers[{i}] is a "
-                                        f"{type(layer).__name__}, not a torch.nn.Module")
-            if isinstance(layer, _MULTI_HOP):
-                raise NotLayerwiseError(
-                    f"layer {i} ({type(layer).__name__}) reads more than one hop of "
-                    f"neighbours, so it cannot be run one layer at a time; {SAMPLED_HINT}")
-            if isinstance(layer, pyg_conv.GCNConv) and layer.flow != "source_to_target":
-                raise NotLayerwiseError(f"layer {i} (GCNConv) uses flow={layer.flow!r}: "
-                                        f"only 'source_to_target' is supported; {SAMPLED_HINT}")
+            convs = edge_modules(layer)
+            if convs is None:
+                if not isinstance(layer, torch.nn.Module):
+                    raise NotLayerwiseError(f"LayerwiseSpec.layers[{i}] is a "
+                                            f"{type(layer).__name__}, not a torch.nn.Module, "
+                                            f"a HeteroConv or a dict of edge type -> module")
+                _check_layer(f"layer {i}", layer)
+            else:
+                for edge_type, conv in convs.items():
+                    _check_layer(f"layer {i}, edge type {edge_type}", conv)
 
-    def apply_after(self, i: int, x: Tensor) -> Tensor:
+    @property
+    def is_hetero(self) -> bool:
+        """Whether the layers are given per edge type (a heterogeneous model)."""
+        return edge_modules(self.layers[0]) is not None
+
+    def apply_after(self, i: int, x: Any) -> Any:
         return x if self.after is None else self.after(i, x)
+
+
+def edge_modules(layer: Any) -> Optional[Dict[EdgeType, torch.nn.Module]]:
+    """The modules of a heterogeneous layer by edge type (``None``: a homogeneous layer).
+
+    Raises:
+        NotLayerwiseError: for a dict whose keys are not edge types or whose values are
+            not modules.
+    """
+    if isinstance(layer, HeteroConv):
+        items = list(layer.convs.items())
+    elif isinstance(layer, Mapping):
+        items = list(layer.items())
+    else:
+        return None
+    out: Dict[EdgeType, torch.nn.Module] = {}
+    for key, conv in items:
+        edge_type = tuple(key.split("__")) if isinstance(key, str) else tuple(key)
+        if len(edge_type) != 3 or not isinstance(conv, torch.nn.Module):
+            raise NotLayerwiseError(f"a heterogeneous layer maps edge types (src, rel, dst) "
+                                    f"to modules; got {key!r} -> {type(conv).__name__}")
+        out[edge_type] = conv
+    return out
+
+
+def layer_aggr(spec: LayerwiseSpec, i: int) -> Optional[str]:
+    """How layer ``i`` combines the outputs of edge types into one node type."""
+    layer = spec.layers[i]
+    return layer.aggr if isinstance(layer, HeteroConv) else spec.aggr
+
+
+def _check_layer(where: str, layer: torch.nn.Module) -> None:
+    if isinstance(layer, _MULTI_HOP):
+        raise NotLayerwiseError(
+            f"{where} ({type(layer).__name__}) reads more than one hop of "
+            f"neighbours, so it cannot be run one layer at a time; {SAMPLED_HINT}")
+    if isinstance(layer, pyg_conv.GCNConv) and layer.flow != "source_to_target":
+        raise NotLayerwiseError(f"{where} (GCNConv) uses flow={layer.flow!r}: "
+                                f"only 'source_to_target' is supported; {SAMPLED_HINT}")
 
 
 def spec_of(model: torch.nn.Module) -> LayerwiseSpec:
@@ -98,12 +160,7 @@ def spec_of(model: torch.nn.Module) -> LayerwiseSpec:
 
     Raises:
         NotLayerwiseError: naming what cannot be split, and pointing to sampled mode.
-        NotImplementedError: for ``to_hetero`` models (heterogeneous graphs).
     """
-    if isinstance(model, torch.fx.GraphModule):
-        raise NotImplementedError(
-            "layer-wise inference of to_hetero (torch.fx) models is not implemented yet; "
-            + SAMPLED_HINT)
     method = getattr(model, "layerwise_spec", None)
     if callable(method):
         spec = method()

@@ -17,27 +17,33 @@ class OneHop:
     Args:
         start (int): first destination.
         stop (int): one past the last destination.
-        n_id (Tensor): global ids of the subgraph's nodes: the destinations first (in
-            order), then their other in-neighbours (sorted).
-        edge_index (Tensor): ``[2, E]`` local ``(src, dst)`` positions into ``n_id``.
+        n_id (Tensor): global ids of the source nodes. With ``dst_first`` (sources and
+            destinations of one node type): the destinations first (in order), then
+            their other in-neighbours (sorted); else the sources (sorted).
+        edge_index (Tensor): ``[2, E]`` local ``(src, dst)`` positions: sources into
+            ``n_id``, destinations into ``[start, stop)``.
+        dst_first (bool): whether ``n_id`` starts with the destinations.
     """
     start: int
     stop: int
     n_id: Tensor
     edge_index: Tensor
+    dst_first: bool = True
 
     @property
     def num_dst(self) -> int:
         return self.stop - self.start
 
 
-def one_hop(csc: CSC, start: int, stop: int) -> OneHop:
+def one_hop(csc: CSC, start: int, stop: int, same_type: bool = True) -> OneHop:
     """The in-edges of destinations ``[start, stop)``, all owned by ``csc``'s partition.
 
     Args:
         csc (CSC): the partition's in-edges of one edge type.
         start (int): first global destination id (``csc.dst_offset <= start``).
         stop (int): one past the last (``stop <= csc.dst_offset + csc.num_dst``).
+        same_type (bool): sources and destinations are nodes of one type, so the
+            subgraph lists the destinations first among its nodes (``dst_first``).
     """
     lo, hi = start - csc.dst_offset, stop - csc.dst_offset
     if not 0 <= lo <= hi <= csc.num_dst:
@@ -47,6 +53,9 @@ def one_hop(csc: CSC, start: int, stop: int) -> OneHop:
     first, last = (int(ptr[0]), int(ptr[-1])) if ptr.numel() else (0, 0)
     src = csc.indices[first:last].long()  # a copy: mapped files are read once here
     dst = torch.arange(hi - lo).repeat_interleave(ptr[1:] - ptr[:-1])
+    if not same_type:
+        n_id, local = torch.unique(src, return_inverse=True)
+        return OneHop(start, stop, n_id, torch.stack([local.view(-1), dst]), dst_first=False)
     inside = (src >= start) & (src < stop)
     outside, inverse = torch.unique(src[~inside], return_inverse=True)
     local = torch.empty_like(src)

@@ -57,6 +57,43 @@ def test_one_process_round_trip(cora1, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no markers left
 
 
+def test_parquet_beside_npy(cora1, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    data, root = cora1
+    result = layerwise(build("gcn", data.num_features), _stores(root), progress=False)
+    out = export(result, root, tmp_path / "exp", format="parquet")
+    entry = json.loads((out / "manifest.json").read_text())["node_types"]["_N"][0]
+    assert entry["parquet"] == "_N/part_0.parquet"
+    ids, values = read_export(out)["_N"]  # the .npy pair is still the contract
+    table = pq.read_table(out / entry["parquet"])
+    assert table.column_names == ["id", "values"]
+    assert np.array_equal(table.column("id").to_numpy(), ids)
+    assert np.array_equal(np.stack(table.column("values").to_numpy(zero_copy_only=False)),
+                          values)
+    with pytest.raises(ValueError, match="format must be one of"):
+        export(result, root, tmp_path / "exp2", format="csv")
+
+
+def test_hetero_round_trip(hetero_graph, tmp_path):
+    from infer_models import build_hetero, hetero_references
+
+    root = tmp_path / "parts"
+    Partitioner(hetero_graph, 1, root, seed=0, progress=False).generate()
+    result = layerwise(build_hetero("sage_res", hetero_graph.metadata()), _stores(root),
+                       progress=False)
+    out = export(result, root, tmp_path / "exp")
+    exported = read_export(out)
+    expected = hetero_references(hetero_graph, ["sage_res"])["sage_res"]
+    assert sorted(exported) == sorted(expected)
+    for node_type, (ids, values) in exported.items():
+        assert np.array_equal(np.sort(ids), np.arange(hetero_graph[node_type].num_nodes))
+        joined = np.empty_like(values)
+        joined[ids] = values
+        assert np.allclose(joined, expected[node_type].numpy(), atol=1e-5), node_type
+    with pytest.raises(ValueError, match="heterogeneous: result must be a dict"):
+        export(result["paper"], root, tmp_path / "exp2")
+
+
 def test_failed_export_leaves_previous(cora1, tmp_path, monkeypatch):
     data, root = cora1
     result = layerwise(build("gin", data.num_features), _stores(root), progress=False)

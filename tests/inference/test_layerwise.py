@@ -108,9 +108,9 @@ def test_wrong_feature_width_is_one_line_error(cora1):
         layerwise(GraphSAGE(7, 8, 2), _stores(cora1[1]), progress=False)
 
 
-def test_hetero_graph_not_implemented(hetero_graph, tmp_path):
+def test_homogeneous_model_on_hetero_graph_points_to_to_hetero(hetero_graph, tmp_path):
     Partitioner(hetero_graph, 1, tmp_path, seed=0, progress=False).generate()
-    with pytest.raises(NotImplementedError, match="heterogeneous.*num_neighbors"):
+    with pytest.raises(NotLayerwiseError, match="graph is heterogeneous.*to_hetero"):
         layerwise(GraphSAGE(8, 8, 2), _stores(tmp_path), progress=False)
 
 
