@@ -174,10 +174,14 @@ class Trainer:
         self.loaders, self.step, self.resumed_from = loaders, 0, None
         self.device = loaders[0].device
 
+    def state(self) -> dict:
+        """What a checkpoint holds, by name: anything with state_dict()/load_state_dict()."""
+        return {"model": self.model, "optimizer": self.optimizer,
+                **{f"loader{i}": loader for i, loader in enumerate(self.loaders)}}
+
     def resume(self) -> None:
         """Loads ``--checkpoint-dir``'s newest checkpoint, if there is one (collective)."""
-        info = checkpoint.load(self.args.checkpoint_dir, model=self.model,
-                               optimizer=self.optimizer, loaders=self.loaders)
+        info = checkpoint.load(self.args.checkpoint_dir, state=self.state())
         if info is None:
             log(self.ctx, f"checkpoint: none in {self.args.checkpoint_dir} yet, starting "
                           f"from scratch")
@@ -190,8 +194,8 @@ class Trainer:
                       f"{info.step} from {info.path}")
 
     def save(self, epoch: int) -> None:
-        checkpoint.save(self.args.checkpoint_dir, self.step, model=self.model,
-                        optimizer=self.optimizer, loaders=self.loaders, extra={"epoch": epoch})
+        checkpoint.save(self.args.checkpoint_dir, self.step,
+                        state={**self.state(), "epoch": epoch})
 
     def fit(self, validate: Optional[Callable[[], float]], metric: str
             ) -> Tuple[Optional[float], dict]:

@@ -145,7 +145,7 @@ def patch_loaders(faults: Faults, figures: Figures) -> None:
 def patch_checkpoints(faults: Faults, figures: Figures) -> None:
     save, load, write = checkpoint.save, checkpoint.load, checkpoint_files.write_rank_state
 
-    def timed_save(path: Any, step: int, **kwargs: Any) -> str:
+    def timed_save(path: Any, step: int, *args: Any, **kwargs: Any) -> str:
         if faults.kill_in_save == step:
             def write_then_die(*a: Any, **k: Any) -> Any:
                 out = write(*a, **k)
@@ -154,7 +154,7 @@ def patch_checkpoints(faults: Faults, figures: Figures) -> None:
             checkpoint_files.write_rank_state = write_then_die  # type: ignore[assignment]
         began = time.perf_counter()
         try:
-            name = save(path, step, **kwargs)
+            name = save(path, step, *args, **kwargs)
         finally:
             checkpoint_files.write_rank_state = write  # type: ignore[assignment]
         figures.saves, figures.save_s = figures.saves + 1, figures.save_s + \
@@ -163,9 +163,9 @@ def patch_checkpoints(faults: Faults, figures: Figures) -> None:
         figures.checkpoint_mb = round(sum(sizes) / 1e6, 3)
         return name
 
-    def timed_load(path: Any, **kwargs: Any) -> Any:
+    def timed_load(path: Any, *args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
-        info = load(path, **kwargs)
+        info = load(path, *args, **kwargs)
         if info is not None:
             figures.load_s = round(time.perf_counter() - began, 4)
         return info
