@@ -12,7 +12,10 @@ Seeds are ``("paper", ids)``; batches are ``HeteroData`` with ``x_dict`` and
 convolutions whose output is used later (edge types into ``paper`` in the last layer,
 into the source types of those in the layer before, ...), so DDP never sees an unused
 parameter. Training, evaluation (exact, over every rank), checkpoints and the final JSON
-line work as in ``node_classification.py``.
+line work as in ``node_classification.py``. After training, ``--layerwise-eval`` computes
+test accuracy from exact layer-wise inference over every node (``pyg_dist.infer`` with
+the model's ``layerwise_spec()``) and ``--export DIR`` writes every ``--target`` node's
+output, in the dataset's node ids.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from torch_geometric.nn import HeteroConv, SAGEConv
 import pyg_dist
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       checkpoint, init_process_group, node_split, shutdown_rpc)
+from pyg_dist.inference import LayerwiseSpec, export
 
 EdgeType = Tuple[str, str, str]
 
@@ -84,6 +88,10 @@ def parse_args() -> argparse.Namespace:
                    help="save the training state here and resume from it on start")
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="save every N training batches (0: at the end of every epoch)")
+    p.add_argument("--layerwise-eval", action="store_true",
+                   help="after training, test accuracy from exact layer-wise inference")
+    p.add_argument("--export", metavar="DIR", default=None,
+                   help="after training, write every target node's output to DIR")
     return p.parse_args()
 
 
@@ -164,6 +172,19 @@ class HeteroSAGE(torch.nn.Module):
             out = {t: F.dropout(F.relu(h), self.dropout, self.training) for t, h in out.items()}
             x = {**x, **out}
         return self.classify(x[self.target])
+
+    def layerwise_spec(self) -> LayerwiseSpec:
+        """How ``pyg_dist.infer`` runs this model one layer at a time (eval mode): each
+        layer's outputs go through ReLU, and the last layer's target rows through the
+        classifier (types a layer does not update keep their rows, as in ``forward``)."""
+        last = len(self.convs) - 1
+
+        def after(i: int, x: Dict[str, Tensor]) -> Dict[str, Tensor]:
+            x = {t: F.relu(h) for t, h in x.items()}
+            if i < last:
+                return x
+            return {self.target: self.classify(x[self.target])} if self.target in x else {}
+        return LayerwiseSpec(list(self.convs), after=after)
 
 
 # ---- training and evaluation --------------------------------------------------------
@@ -283,6 +304,26 @@ def setup(args: argparse.Namespace) -> Tuple[DistContext, torch.device]:
     return ctx, device
 
 
+def infer_all(args: argparse.Namespace, ctx: DistContext, model: HeteroSAGE,
+              data: Tuple[LocalFeatureStore, LocalGraphStore], device: torch.device) -> dict:
+    """Exact layer-wise inference over every node: test accuracy and/or an export."""
+    out = {args.target: pyg_dist.infer(model, data, device=device, ctx=ctx)[args.target]}
+    results: dict = {}
+    if args.layerwise_eval:
+        features, rows = data[0], out[args.target]
+        lo, hi = rows.local_range            # relabelled ids of the rows this rank computed
+        test = features.split_ids("test", args.target)  # relabelled ids of owned test nodes
+        test = test[(test >= lo) & (test < hi)]
+        pred = rows.local_data[test - lo].argmax(-1)
+        y = features.gather(features.resolve(args.target), "y", test)
+        correct, total = all_reduce([float((pred == y).sum()), float(test.numel())], device)
+        results["layerwise_test_acc"] = round(correct / max(total, 1.0), 4)
+    if args.export:
+        export(out, args.partition_dir, args.export, overwrite=True, ctx=ctx)
+        results["export"] = args.export
+    return results
+
+
 def finish(ctx: DistContext, loaders: List[Any], results: dict) -> None:
     """Closes the loaders, leaves RPC and the process group, and prints the results as
     ONE JSON line (rank 0; NaN becomes null)."""
@@ -338,6 +379,9 @@ def main() -> None:
         log(ctx, f"test acc {test_acc:.4f}")
     results = {"test_acc": test_acc, "val_acc": val_acc, **figures, "epochs": args.epochs,
                "world_size": ctx.world_size, "num_parts": meta["num_parts"]}
+
+    if args.layerwise_eval or args.export:
+        results.update(infer_all(args, ctx, model, data, device))
 
     results["total_s"] = time.perf_counter() - started
     finish(ctx, loaders, results)

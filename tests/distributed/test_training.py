@@ -362,18 +362,31 @@ def test_embedding_example_learns_cora_without_features(cora_parts, tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("example", ["hetero_node_classification", "link_prediction"])
 def test_other_examples_train_and_report(example, cora_parts, hetero_graph, tmp_path):
+    """Both train past chance; the hetero example's --layerwise-eval agrees with its exact
+    (full fan-out) sampled evaluation, and --export holds every paper's output by original
+    id: joined with the unpartitioned graph's labels it gives the same accuracy."""
+    extra: List[str] = []
     if example == "hetero_node_classification":
-        parts = tmp_path / "hetero"
+        parts, out = tmp_path / "hetero", tmp_path / "export"
         Partitioner(hetero_graph, 2, parts, seed=0, progress=False).generate()
         metric, floor = "test_acc", 0.5  # 4 classes, learnable from features and structure
+        extra = ["--eval-neighbors=-1,-1", "--layerwise-eval", "--export", str(out)]
     else:
         parts, metric, floor = cora_parts[2], "test_auc", 0.6  # chance is 0.5
-    job = run_job(["--partition-dir", str(parts), "--epochs", "3"], nproc=2, timeout=90,
-                  script=REPO / "examples" / f"{example}.py")
+    job = run_job(["--partition-dir", str(parts), "--epochs", "3", *extra], nproc=2,
+                  timeout=90, script=REPO / "examples" / f"{example}.py")
     assert job.returncode == 0, job.describe()
     result = job.result()
     assert (result["world_size"], result["num_parts"], result["epochs"]) == (2, 2, 3)
     assert result[metric] >= floor, job.describe()
+    if example == "hetero_node_classification":
+        assert abs(result["layerwise_test_acc"] - result["test_acc"]) <= 0.003, result
+        ids, values = read_export(out)["paper"]
+        paper = hetero_graph["paper"]
+        assert sorted(ids.tolist()) == list(range(paper.num_nodes))
+        pred = torch.from_numpy(values[ids.argsort()]).argmax(1)
+        exported = float((pred[paper.test_mask] == paper.y[paper.test_mask]).float().mean())
+        assert abs(exported - result["layerwise_test_acc"]) <= 5e-5, (exported, result)  # rounded
 
 
 def readme_training_loop(partition_dir: Path, guarded: bool, epochs: int = 1) -> str:
