@@ -352,11 +352,12 @@ def test_embedding_example_learns_cora_without_features(cora_parts, tmp_path):
     assert result["test_acc"] >= 0.5, job.describe()
     ckpt = tmp_path / "ckpt"  # one atomic checkpoint of the table and its optimizer
     version = (ckpt / "LATEST").read_text().strip()
-    assert (ckpt / version / "DONE").is_file()
-    manifest = json.loads((ckpt / version / "manifest.json").read_text())
-    assert [e["name"] for e in manifest["embeddings"]] == ["node_embedding"]
-    assert [(o["kind"], o["config"]["params"]) for o in manifest["optimizers"]] == \
-        [("SparseAdam", ["node_embedding"])]
+    info = json.loads((ckpt / version / "info.json").read_text())  # written last: complete
+    assert info["format"] == "pyg_dist.checkpoint"
+    assert info["entries"] == {"embedding.node_embedding": ["stateful", "DistEmbedding"],
+                               "optimizer.node_embedding": ["stateful", "SparseAdam"]}
+    table = info["sharded"]["embedding.node_embedding"][0]
+    assert table["shape"] == [2708, 64] and table["dtype"] == "float32"
 
 
 @pytest.mark.timeout(120)
