@@ -333,8 +333,9 @@ def finish(ctx: DistContext, loaders: List[Any], results: dict) -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     if ctx.rank == 0:
-        print(json.dumps({k: (None if v != v else round(v, 4)) if isinstance(v, float) else v
-                          for k, v in results.items()}), flush=True)
+        line = json.dumps({k: (None if v != v else round(v, 4)) if isinstance(v, float) else v
+                           for k, v in results.items()})
+        print(line + "\n", end="", flush=True)  # one write: other ranks share this pipe
 
 
 def main() -> None:
@@ -384,6 +385,9 @@ def main() -> None:
         results.update(infer_all(args, ctx, model, data, device))
 
     results["total_s"] = time.perf_counter() - started
+    # DDP's reducer must not outlive the process group: freed after it, torch destroys
+    # the gloo group holding the GIL, and that can deadlock with gloo's own threads
+    del trainer, ddp
     finish(ctx, loaders, results)
 
 

@@ -305,8 +305,9 @@ def finish(ctx: DistContext, loaders: List[Any], results: dict) -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     if ctx.rank == 0:
-        print(json.dumps({k: (None if v != v else round(v, 4)) if isinstance(v, float) else v
-                          for k, v in results.items()}), flush=True)
+        line = json.dumps({k: (None if v != v else round(v, 4)) if isinstance(v, float) else v
+                           for k, v in results.items()})
+        print(line + "\n", end="", flush=True)  # one write: other ranks share this pipe
 
 
 def main() -> None:
@@ -344,6 +345,9 @@ def main() -> None:
                "world_size": ctx.world_size, "num_parts": meta["num_parts"]}
 
     results["total_s"] = time.perf_counter() - started
+    # DDP's reducer must not outlive the process group: freed after it, torch destroys
+    # the gloo group holding the GIL, and that can deadlock with gloo's own threads
+    del trainer, ddp
     finish(ctx, list(loaders.values()), results)
 
 

@@ -212,7 +212,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     patch_shutdown(figures)
     sys.argv = list(example)
     runpy.run_path(example[0], run_name="__main__")
-    print(PREFIX + json.dumps(figures.report()), flush=True)
+    # one write(): every rank prints this line into the same pipe, and print() writes the
+    # text and its newline separately, so another rank's line could land between them
+    sys.stdout.write(PREFIX + json.dumps(figures.report()) + "\n")
+    sys.stdout.flush()
 
 
 def read_reports(output: str) -> Dict[int, Dict[str, Any]]:

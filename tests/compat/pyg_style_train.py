@@ -82,6 +82,7 @@ def run_proc(local_proc_rank, num_nodes, node_rank, dataset, root_dir, master_ad
     with open(record, 'w') as f:
         json.dump(records, f)
     print(f'--- [Node {current_ctx.rank}] Closing ---', flush=True)
+    del model, optimizer  # DDP before the process group (see tests/inference/test_cli_export.py)
     torch.distributed.destroy_process_group()
 
 

@@ -71,6 +71,9 @@ def _load_job(root: str, path: str) -> Dict:
            "steps": len(opt.state_dict()["state"]), "path": info.path}
     loader.close()
     shutdown_rpc()
+    # DDP first: a reducer that outlives the process group destroys it holding the GIL,
+    # which can deadlock with gloo's threads (the test then hangs at exit)
+    del ddp, opt
     if dist.is_initialized():
         dist.destroy_process_group()
     return out
@@ -88,6 +91,9 @@ def _damaged_load_job(root: str, path: str) -> str:
         error = f"{type(exc).__name__}: {exc}"
     loader.close()
     shutdown_rpc()
+    # DDP first: a reducer that outlives the process group destroys it holding the GIL,
+    # which can deadlock with gloo's threads (the test then hangs at exit)
+    del ddp, opt
     if dist.is_initialized():
         dist.destroy_process_group()
     return error

@@ -77,6 +77,9 @@ def _snapshot(state: Dict[str, Any]) -> Dict[str, Any]:
 def _finish(out: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, Any]:
     state["train"].close()
     shutdown_rpc()
+    # DDP first: a reducer that outlives the process group destroys it holding the GIL,
+    # which can deadlock with gloo's threads (the test then hangs at exit)
+    state.clear()
     if dist.is_initialized():
         dist.destroy_process_group()
     return out

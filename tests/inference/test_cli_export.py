@@ -44,6 +44,9 @@ def _train(ckpt: str) -> None:
         ddp(x, edge_index).pow(2).mean().backward()
         optimizer.step()
     checkpoint.save(ckpt, step=3, model=ddp, optimizer=optimizer)
+    # DDP first: a reducer that outlives the process group destroys it holding the GIL,
+    # which can deadlock with gloo's threads (the test then hangs at exit)
+    del ddp, optimizer
     dist.destroy_process_group()
 
 
