@@ -3,9 +3,18 @@
 The parent hosts the rendezvous store (like torchrun's agent) and gives every child
 torchrun's environment variables. Every child's exit code is checked, a failing
 child's traceback is shown, and nothing outlives the timeout.
+
+Children are forked from a ``multiprocessing`` fork server that has imported torch,
+torch_geometric and pyg_dist once (:data:`PRELOAD`): a fresh interpreter spends seconds
+of CPU on those imports, which was most of what a multi-process test cost. The server
+only imports (no tensors, no process group), so the fork is safe; each child still gets
+the parent's current environment and working directory and runs the ``atexit`` handlers
+at its end, as a spawned one would (what differs: modules imported before a variable was
+set have read the server's value; ``start_method="spawn"`` gives a fresh interpreter).
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import multiprocessing as mp
 import os
@@ -48,9 +57,28 @@ def torchrun_env(rank: int, world_size: int, port: int, nodes: int = 1) -> Dict[
             "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1"}
 
 
+#: what the fork server imports once for every child it forks
+PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.testing"]
+
+
+def _context(start_method: str) -> Any:
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
-           results: "mp.Queue[_Outcome]", timeout: float) -> None:
+           results: "mp.Queue[_Outcome]", timeout: float, cwd: str = "",
+           forked: bool = False) -> None:
+    # the parent's environment now (a forked child would otherwise see the fork
+    # server's, as it was when the server started), plus torchrun's variables
+    os.environ.clear()
     os.environ.update(env)
+    if cwd:
+        os.chdir(cwd)
     rank = int(env["RANK"])
     # every thread's stack on a crash (SIGSEGV, SIGABRT, ...), and shortly before the
     # parent gives up on us
@@ -72,6 +100,8 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
     results.put(_Outcome(rank, True, value=pickle.dumps(value)))
     results.close()
     results.join_thread()
+    if forked:  # a forked child ends in os._exit: run what the end of a script would
+        atexit._run_exitfuncs()
 
 
 def _leave_process_group() -> None:
@@ -84,8 +114,8 @@ def _leave_process_group() -> None:
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
               nodes: int = 1, extra_env: Optional[Dict[str, str]] = None,
-              may_die: Sequence[int] = ()) -> List[Any]:
-    """Runs ``fn(*args)`` in ``world_size`` fresh processes; returns their results by rank.
+              may_die: Sequence[int] = (), start_method: str = "forkserver") -> List[Any]:
+    """Runs ``fn(*args)`` in ``world_size`` new processes; returns their results by rank.
 
     Args:
         fn: a picklable (module-level) function; reads its rank from ``RANK``.
@@ -94,6 +124,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
         nodes: simulated machines (sets ``GROUP_RANK``/``LOCAL_RANK`` like torchrun).
         extra_env: more environment variables for the children.
         may_die: ranks a test kills on purpose; their result is ``None``.
+        start_method: ``"forkserver"`` (children forked from a process that imported
+            :data:`PRELOAD` once) or ``"spawn"`` (a fresh interpreter per child).
 
     Raises:
         RanksFailed: naming each rank that raised (with its traceback), died with an
@@ -104,12 +136,13 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
                           timeout=timedelta(seconds=timeout), wait_for_workers=False)
-    ctx = mp.get_context("spawn")
+    ctx = _context(start_method)
     results: "mp.Queue[_Outcome]" = ctx.Queue()
     procs = []
     for rank in range(world_size):
-        env = {**torchrun_env(rank, world_size, port, nodes), **(extra_env or {})}
-        proc = ctx.Process(target=_child, args=(fn, env, args, results, timeout),
+        env = {**os.environ, **torchrun_env(rank, world_size, port, nodes), **(extra_env or {})}
+        proc = ctx.Process(target=_child, args=(fn, env, args, results, timeout, os.getcwd(),
+                                                 start_method == "forkserver"),
                            name=f"rank{rank}", daemon=False)
         proc.start()
         procs.append(proc)
