@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 import pyg_dist
 from pyg_dist import checkpoint
@@ -212,10 +212,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     patch_shutdown(figures)
     sys.argv = list(example)
     runpy.run_path(example[0], run_name="__main__")
-    # one write(): every rank prints this line into the same pipe, and print() writes the
-    # text and its newline separately, so another rank's line could land between them
-    sys.stdout.write(PREFIX + json.dumps(figures.report()) + "\n")
-    sys.stdout.flush()
+    emit(figures.report())
+
+
+def emit(report: Dict[str, Any], out: Optional[TextIO] = None) -> None:
+    """Writes ``report`` as one ``instrument:`` line in ONE ``write()``: every rank writes
+    into the same pipe, and ``print()`` writes the text and its newline separately, so
+    another rank's line could land between them (it did: the result line of a two-rank
+    job ended up glued to the end of rank 1's report)."""
+    out = sys.stdout if out is None else out
+    out.write(PREFIX + json.dumps(report) + "\n")
+    out.flush()
 
 
 def read_reports(output: str) -> Dict[int, Dict[str, Any]]:

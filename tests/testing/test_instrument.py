@@ -43,3 +43,27 @@ def test_reports_are_read_per_rank_and_leave_the_json_line_last():
     report = instrument.read_reports(output)[0]
     assert report["loader_wait_frac"] == 0.25 and report["first_epoch_s"] == 2.0
     assert not line.startswith("{")
+
+
+class _Writes:
+    """A stream that keeps each write() call apart."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_report_is_one_whole_line_in_one_write():
+    """Ranks share one pipe: a report written in two pieces (text, then newline, as
+    print() does) let another rank's line land in between, and the job's result line
+    could no longer be found (tests/distributed/test_netns.py failed in CI so)."""
+    out = _Writes()
+    instrument.emit({"rank": 1, "rss_mb": 2.5}, out)
+    assert len(out.calls) == 1 and out.calls[0].endswith("\n")
+    assert instrument.read_reports(out.calls[0]) == {1: {"rank": 1, "rss_mb": 2.5}}
