@@ -128,7 +128,7 @@ def _reference(cfg: BenchConfig) -> Dict[str, float]:
 def run(cfg: BenchConfig) -> Dict[str, object]:
     from pyg_dist.testing import run_ranks
 
-    per_rank = run_ranks(_worker, cfg.world_size, cfg, timeout=cfg.timeout)
+    per_rank = run_ranks(_worker, cfg.world_size, cfg, timeout=cfg.timeout, start_method="spawn")
     dist_lookups = min(r["lookups_per_s"] for r in per_rank)
     dist_steps = min(r["steps_per_s"] for r in per_rank)
     ref = _reference(cfg)  # after the ranks exit: nothing competes for the cores

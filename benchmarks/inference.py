@@ -112,7 +112,7 @@ def dist_job(root: str, args: argparse.Namespace, mode: str, scratch: Optional[s
 def _run(fn, world: int, *args, timeout: float) -> List[Dict]:
     from pyg_dist.testing import run_ranks
 
-    return run_ranks(fn, world, *args, timeout=timeout, extra_env=ONE_THREAD)
+    return run_ranks(fn, world, *args, timeout=timeout, extra_env=ONE_THREAD, start_method="spawn")
 
 
 def _summary(name: str, outs: List[Dict]) -> Dict:

@@ -75,7 +75,8 @@ def folder(args: argparse.Namespace, parts: int, feat_dim: Optional[int] = None)
     if not (root / "META.json").exists():
         start = time.perf_counter()
         run_ranks(_build, 1, str(root), args.num_nodes, args.avg_degree, feat_dim, parts,
-                  timeout=3600)  # in a child: the graph's memory is returned afterwards
+                  timeout=3600,
+                  start_method="spawn")  # in a child: the graph's memory is returned afterwards
         print(f"  built {root.name} in {time.perf_counter() - start:.0f}s", flush=True)
     return root
 
@@ -136,7 +137,8 @@ def run_open(root: Path) -> Dict[str, Any]:
 
     out: Dict[str, Any] = {"partition_gb": round(_part_bytes(root) / 1e9, 3)}
     for mmap in (False, True):  # private first: it also warms the page cache
-        times = [run_ranks(open_job, 1, str(root), mmap, timeout=600)[0] for _ in range(2)]
+        times = [run_ranks(open_job, 1, str(root), mmap, timeout=600,
+                           start_method="spawn")[0] for _ in range(2)]
         out["mapped_s" if mmap else "private_s"] = round(min(times), 4)
     out["speedup"] = round(out["private_s"] / out["mapped_s"], 1)
     print(f"open {out['partition_gb']} GB partition: private {out['private_s']:.3f}s, "
@@ -153,7 +155,7 @@ def run_memory(root: Path, batches: int) -> Dict[str, Any]:
         per = {}
         for k in (1, 2, 4):
             res = run_ranks(trainer_job, k, str(root), mmap, batches, timeout=1800,
-                            extra_env=ONE_THREAD)
+                            extra_env=ONE_THREAD, start_method="spawn")
             per[k] = {"pss_gb_sum": round(sum(r["pss_mb"] for r in res) / 1024, 3),
                       "rss_gb_sum": round(sum(r["rss_mb"] for r in res) / 1024, 3),
                       "anon_gb_sum": round(sum(r["anon_mb"] for r in res) / 1024, 3),
@@ -174,7 +176,8 @@ def run_direct(root1: Path, root2: Path, batches: int) -> Dict[str, Any]:
 
     def per_process(root: Path, world: int, direct: str) -> float:
         outs = run_ranks(sampling_job, world, str(root), cfg, True, False, timeout=1800,
-                         extra_env={**ONE_THREAD, "PYG_DIST_DIRECT_READS": direct})
+                         extra_env={**ONE_THREAD, "PYG_DIST_DIRECT_READS": direct},
+                         start_method="spawn")
         return _rates(outs)["per_process_seeds_per_s"]
 
     one = per_process(root1, 1, "1")

@@ -76,7 +76,8 @@ def folder(args: argparse.Namespace, parts: int) -> Path:
     if not (root / "META.json").exists():
         start = time.perf_counter()
         run_ranks(_build, 1, str(root), args.num_nodes, args.avg_degree, args.feat_dim, parts,
-                  args.power_law, timeout=3600)  # in a child: its memory is returned after
+                  args.power_law, timeout=3600,
+                  start_method="spawn")  # in a child: its memory is returned after
         print(f"  built {root.name} in {time.perf_counter() - start:.0f}s", flush=True)
     return root
 

@@ -241,7 +241,8 @@ def _launch(root: Path, world: int, cfg: BenchConfig, features: bool,
     from pyg_dist.testing import run_ranks
 
     return run_ranks(sampling_job, world, str(root), cfg, features, profile,
-                     timeout=cfg.timeout, extra_env=ONE_THREAD, may_die=AFTER_REPORTING(world))
+                     timeout=cfg.timeout, extra_env=ONE_THREAD, may_die=AFTER_REPORTING(world),
+                     start_method="spawn")
 
 
 def AFTER_REPORTING(world: int) -> range:  # noqa: N802  (reads as a constant)
@@ -334,7 +335,8 @@ def run_translation(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, flo
     root = partitioned(args.cache_dir, "community", args.ids_nodes, args.ids_avg_degree,
                        args.ids_feat_dim, 2, cfg.seed)
     outs = run_ranks(translation_job, 2, str(root), cfg.fanout, cfg.batch_size, cfg.timeout,
-                     timeout=cfg.timeout, extra_env=ONE_THREAD, may_die=AFTER_REPORTING(2))
+                     timeout=cfg.timeout, extra_env=ONE_THREAD, may_die=AFTER_REPORTING(2),
+                     start_method="spawn")
     return report(outs, args.ids_nodes)
 
 

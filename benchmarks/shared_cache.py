@@ -99,7 +99,7 @@ def _run(args: argparse.Namespace, root: Path, config: str, group: Optional[str]
     fraction = 0.0 if config == "none" else args.cache
     world = 2 * args.trainers
     results = run_ranks(_job, world, str(root), fraction, args.workers, args.batches, group,
-                        _usage(group), timeout=900, extra_env=env)
+                        _usage(group), timeout=900, extra_env=env, start_method="spawn")
     per_copy = [r["cache_mb"] for r in results]
     out = {"pss_mb": round(sum(r["pss_mb"] for r in results), 1),
            "cgroup_mb": None if results[0]["cgroup_mb"] is None else round(results[0]["cgroup_mb"], 1),

@@ -10,7 +10,9 @@ of CPU on those imports, which was most of what a multi-process test cost. The s
 only imports (no tensors, no process group), so the fork is safe; each child still gets
 the parent's current environment and working directory and runs the ``atexit`` handlers
 at its end, as a spawned one would (what differs: modules imported before a variable was
-set have read the server's value; ``start_method="spawn"`` gives a fresh interpreter).
+set have read the server's value, e.g. ``NUMBA_NUM_THREADS``, and the preloaded modules'
+pages are shared with the server; ``start_method="spawn"`` gives a fresh interpreter, and
+``benchmarks/`` ask for it: their memory figures and thread settings are per process).
 """
 from __future__ import annotations
 
