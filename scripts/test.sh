@@ -8,7 +8,9 @@
 # With no arguments: the one-process tests on PYG_DIST_TEST_WORKERS pytest-xdist workers
 # (default 2, a whole file per worker: --dist loadfile builds a file's module fixtures
 # once), then the `multiprocess` tests one at a time (each starts 2-4 processes and has
-# wall-clock limits: two at once on a 2-core machine would starve each other), then the
+# wall-clock limits; two at a time on 2 cores were tried and were no faster: the work is
+# CPU. pyg_dist.testing.run_ranks forks ranks from a fork server that imported torch,
+# torch_geometric and pyg_dist once; what remains is mostly real torchrun jobs), then the
 # tests that touch PyG's API again against the oldest torch_geometric pyproject.toml
 # allows (2.6), installed beside the venv's. With arguments: pytest on the workers.
 set -euo pipefail
