@@ -35,8 +35,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 PYG_LIB_EDGES_PER_S = 3.4e6
@@ -126,50 +127,56 @@ def _barrier(ctx) -> None:
 
 
 async def _one_batch(sampler, seeds: torch.Tensor, fetcher,
-                     prof: Optional[cProfile.Profile]):
+                     prof: Optional[cProfile.Profile], rng: np.random.Generator):
     """Samples (and fetches features of, with ``fetcher``) one batch on the sampler's
-    loop thread."""
+    loop thread; returns the subgraph and the rows (freed by the caller, untimed)."""
     if prof is not None:
         prof.enable()  # profiles this (the loop's) thread only
     try:
-        sub = await sampler.sample_subgraph({sampler.meta.node_types[0]: seeds})
-        if fetcher is not None:
-            await fetcher.fetch(sub.node, sub.edge, unique=False)
-        return sub
+        sub = await sampler.sample_subgraph({sampler.meta.node_types[0]: seeds}, rng=rng)
+        rows = await fetcher.fetch(sub.node, sub.edge, unique=False) if fetcher else None
+        return sub, rows
     finally:
         if prof is not None:
             prof.disable()
 
 
-def _fetchers(sampler, features: bool) -> Dict[str, object]:
-    """The variants timed on the same seeds: features with original ids (what loaders
-    fetch), and, to price the ids, the same features without them."""
+def _fetchers(sampler, features: bool) -> Dict[str, Tuple[bool, object]]:
+    """The variants timed on the same seeds, as ``(original ids, fetcher)``: hops and
+    features with original ids (what loaders do: owners send edges' ids with the hop,
+    nodes' with their rows), and, to price the ids, the same without them."""
     from pyg_dist.sampler.features import FeatureFetcher
 
     if not features:
-        return {"": None}
+        return {"": (True, None)}
     plain = FeatureFetcher(sampler.group, sampler.local, sampler.meta, original_ids=False)
-    return {"": sampler.fetcher, "_no_ids": plain}
+    return {"": (True, sampler.fetcher), "_no_ids": (False, plain)}
 
 
-def _run_batches(sampler, batches: List[torch.Tensor], fetchers: Dict[str, object],
+def _run_batches(sampler, batches: List[torch.Tensor],
+                 fetchers: Dict[str, Tuple[bool, object]],
                  prof: Optional[cProfile.Profile] = None) -> Dict[str, float]:
     """Every batch once per fetcher variant, interleaved in alternating order (the same
     load on each, neither always second with warm caches); the seconds of each variant
-    are summed apart."""
+    are summed apart. Every variant samples the very same subgraph (one random stream
+    per batch), and what a batch allocated is freed outside the timed section."""
     edges = nodes = 0
     seconds = {name: 0.0 for name in fetchers}
     cpu_s = {name: 0.0 for name in fetchers}
     for i, seeds in enumerate(batches):
         order = list(fetchers.items())
-        for name, fetcher in order if i % 2 == 0 else order[::-1]:  # neither runs warm
+        for name, (ids, fetcher) in order if i % 2 == 0 else order[::-1]:  # neither runs warm
+            sampler.original_ids = ids
+            rng = np.random.default_rng([i, int(seeds[0])])
             start, cpu = time.perf_counter(), time.process_time()
-            sub = sampler.group.loop.run(_one_batch(sampler, seeds, fetcher,
-                                                    prof if name == "" else None))
+            sub, rows = sampler.group.loop.run(_one_batch(sampler, seeds, fetcher,
+                                                          prof if name == "" else None, rng))
             seconds[name] += time.perf_counter() - start
             cpu_s[name] += time.process_time() - cpu
-        edges += sum(sum(v) for v in sub.num_sampled_edges.values())
-        nodes += sum(v.numel() for v in sub.node.values())
+            counts = (sum(sum(v) for v in sub.num_sampled_edges.values()),
+                      sum(v.numel() for v in sub.node.values()))
+            del sub, rows
+        edges, nodes = edges + counts[0], nodes + counts[1]
     out = {f"seconds{name}": value for name, value in seconds.items()}
     out.update({f"cpu_s{name}": value for name, value in cpu_s.items()})
     return {**out, "edges": edges,

@@ -307,9 +307,9 @@ class DistGraph(FeatureStore):
                for t, s in typed.items()}
         sampler = self._sampler(fanout, replace)
         sub = self._run(sampler.sample_subgraph(rel))
-        got = self._fetch_ids(sub.node, sub.edge)
+        got = self._fetch_ids(sub.node)
         node = {t: got.nodes[t][ID_ATTR] if t in got.nodes else v for t, v in sub.node.items()}
-        edge = {t: got.edges[t][ID_ATTR] if t in got.edges else v for t, v in sub.edge.items()}
+        edge = sub.original_edge  # sent by the owners with each hop
         if not self.is_hetero:
             (nt, n), (et, e) = next(iter(node.items())), next(iter(edge.items()))
             return SamplerOutput(node=n, row=sub.row[et], col=sub.col[et], edge=e,
@@ -319,11 +319,8 @@ class DistGraph(FeatureStore):
                                    num_sampled_nodes=sub.num_sampled_nodes,
                                    num_sampled_edges=sub.num_sampled_edges)
 
-    def _fetch_ids(self, nodes: Dict[NodeType, Tensor], edges: Dict[EdgeType, Tensor]
-                   ) -> object:
-        nodes = {t: v for t, v in nodes.items() if v.numel()}
-        edges = {t: v for t, v in edges.items() if v.numel()}
-        return self._fetch(nodes, edges, [ID_ATTR])
+    def _fetch_ids(self, nodes: Dict[NodeType, Tensor]) -> object:
+        return self._fetch({t: v for t, v in nodes.items() if v.numel()}, {}, [ID_ATTR])
 
     def _sampler(self, fanout: NumNeighbors, replace: bool) -> DistNeighborSampler:
         key = repr((fanout, replace))

@@ -71,9 +71,10 @@ class BatchProducer:
                                                     self.spec.neg_sampling, rng)
         sub = batch.subgraph
         feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=self.repeats)
-        # the owners sent every row's original id with it (pyg_dist.sampler.ids)
+        # owners sent every node's original id with its rows, and every edge's with the
+        # hop that sampled it (pyg_dist.sampler.ids)
         nodes = {t: a.pop(ID_ATTR) for t, a in feats.nodes.items() if ID_ATTR in a}
-        edges = {t: a.pop(ID_ATTR) for t, a in feats.edges.items() if ID_ATTR in a}
+        edges = dict(sub.original_edge or {})
         labels = self.sampler.features.labels
         if labels is not None and self.spec.kind == "node":  # torch_geometric.distributed's
             node_type = batch.seeds.input_type               # feature.labels

@@ -106,7 +106,8 @@ def check_hop_response(request: HopRequest, response: object,
     per edge type of the request, ``counts`` (int64, 1-D, one per seed, each in
     ``[0, fanout]`` when ``fanout >= 0``) sum to the length of ``nbrs`` and ``eids``
     (int64, 1-D); ``nbrs`` lie in ``[0, num_src_nodes[edge_type[0]])`` and ``eids``
-    in ``[0, num_edges[edge_type])`` (when ``num_edges`` is given).
+    in ``[0, num_edges[edge_type])`` (when ``num_edges`` is given); so do
+    ``original_eids``, one per edge, when the request asked for them.
 
     Args:
         request (HopRequest): what was asked.
@@ -119,7 +120,8 @@ def check_hop_response(request: HopRequest, response: object,
     if not isinstance(response, HopResponse):
         _fail(peer, callee, f"expected a HopResponse, got {type(response).__name__}")
     n = len(request.edge_types)
-    for name in ("counts", "nbrs", "eids"):
+    names = ("counts", "nbrs", "eids") + (("original_eids",) if request.original_eids else ())
+    for name in names:
         value = getattr(response, name)
         if not isinstance(value, (list, tuple)) or len(value) != n:
             got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
@@ -128,7 +130,8 @@ def check_hop_response(request: HopRequest, response: object,
     for i, edge_type in enumerate(request.edge_types):
         where = f"edge type {edge_key(edge_type)}"
         counts, nbrs, eids = response.counts[i], response.nbrs[i], response.eids[i]
-        for name, value in (("counts", counts), ("nbrs", nbrs), ("eids", eids)):
+        for name in names:
+            value = getattr(response, name)[i]
             if not isinstance(value, Tensor) or value.dtype != torch.int64 or \
                     value.dim() != 1 or value.device.type != "cpu" or \
                     value.layout != torch.strided:
@@ -138,6 +141,20 @@ def check_hop_response(request: HopRequest, response: object,
                                     f"got {got}")
         _check_hop_entry(request, i, counts, nbrs, eids, num_src_nodes, num_edges,
                          peer, where)
+        if request.original_eids:
+            _check_original_eids(response.original_eids[i], eids.numel(), num_edges,
+                                 edge_type, peer, where)
+
+
+def _check_original_eids(original: Tensor, count: int,
+                         num_edges: Optional[Dict[EdgeType, int]], edge_type: EdgeType,
+                         peer: str, where: str) -> None:
+    if original.numel() != count:
+        _fail(peer, "sampler.hop", f"{where}: {original.numel()} original edge ids for "
+                                   f"{count} edges")
+    if num_edges is not None:
+        _check_range(original, num_edges[edge_type], peer, "sampler.hop",
+                     f"{where}: original edge ids")
 
 
 def _check_hop_entry(request: HopRequest, i: int, counts: Tensor, nbrs: Tensor,

@@ -143,9 +143,10 @@ class FeatureFetcher:
             split into several (all in flight at once).
         wire_dtype: float32 attributes that peers send as bfloat16/float16 (see
             :mod:`pyg_dist.sampler.wire`; default: none).
-        original_ids (bool): also read every node's and edge's original id from its
-            owner, as one more column of its rows (:data:`~pyg_dist.sampler.ids.ID_ATTR`),
-            for every node and edge type: no extra round trip.
+        original_ids (bool): also read every node's original id from its owner, as one
+            more column of its rows (:data:`~pyg_dist.sampler.ids.ID_ATTR`), for every
+            node type: no extra round trip. (Sampled edges' original ids come with the
+            hop that sampled them: ``SampledSubgraph.original_edge``.)
     """
 
     def __init__(self, group: RpcGroup, local: LocalSampler, meta: PartitionMeta,
@@ -165,9 +166,8 @@ class FeatureFetcher:
             t: sorted(set(meta.edge_attrs.get(t, {})) | set(stored.attr_names(t)))
             for t in meta.edge_types}
         if original_ids:
-            for attrs in (self.node_attrs, self.edge_attrs):
-                for t in list(attrs):
-                    attrs[t] = [a for a in attrs[t] if a != ID_ATTR] + [ID_ATTR]
+            for t in list(self.node_attrs):
+                self.node_attrs[t] = [a for a in self.node_attrs[t] if a != ID_ATTR] + [ID_ATTR]
         self.max_rpc_bytes = max(int(max_rpc_bytes), 1)
         self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
         self._books.update({t: meta.edge_book(t) for t in meta.edge_types})

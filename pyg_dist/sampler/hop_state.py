@@ -38,12 +38,15 @@ class HopState:
             subtree ``i``.
         seed_time: time of each seed (temporal sampling).
         capacity_hint: expected nodes per type (sizes the hash maps).
+        original_eids: every hop brings the sampled edges' original ids too (the
+            output's ``original_edge``).
     """
 
     def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
                  seed_time: Optional[Dict[NodeType, Tensor]] = None,
-                 capacity_hint: int = 1024) -> None:
+                 capacity_hint: int = 1024, original_eids: bool = False) -> None:
         self.disjoint = disjoint
+        self.original: Optional[Dict[EdgeType, List[Tensor]]] = {} if original_eids else None
         self.index: Dict[NodeType, NodeIndex] = {}
         self.frontier: Dict[NodeType, Frontier] = {}
         self.num_nodes: Dict[NodeType, List[int]] = {}
@@ -80,11 +83,16 @@ class HopState:
         return self.subtree_time[batch]
 
     def add_edges(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
-                  batch: Optional[Tensor]) -> None:
+                  batch: Optional[Tensor], original: Optional[Tensor] = None) -> None:
         """Records sampled edges ``nbrs -> node col`` (``col`` indexes ``edge_type[2]``).
 
-        ``batch`` is the subtree of each edge's destination (disjoint mode).
+        ``batch`` is the subtree of each edge's destination (disjoint mode);
+        ``original`` the edges' original ids (needed when the state tracks them).
         """
+        if self.original is not None:
+            if original is None:
+                raise ValueError("this hop state records original edge ids: pass them")
+            self.original.setdefault(edge_type, []).append(original)
         src_type = edge_type[0]
         if src_type not in self.index:
             self.index[src_type] = NodeIndex(max(self.capacity_hint, nbrs.numel()))
@@ -133,7 +141,9 @@ class HopState:
             col={t: cat(self.cols, t) for t in edge_types},
             edge={t: cat(self.eids, t) for t in edge_types}, batch=batch,
             num_sampled_nodes=dict(self.num_nodes),
-            num_sampled_edges={t: self.num_edges.get(t, [0] * hops) for t in edge_types})
+            num_sampled_edges={t: self.num_edges.get(t, [0] * hops) for t in edge_types},
+            original_edge=None if self.original is None else
+            {t: cat(self.original, t) for t in edge_types})
 
 
 def _subtree_time(seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:

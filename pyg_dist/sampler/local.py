@@ -16,7 +16,7 @@ from pyg_dist.format.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.store.ids import PartIds
-from pyg_dist.sampler.kernels import sample_one_hop
+from pyg_dist.sampler.kernels import sample_one_hop, take
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -68,14 +68,22 @@ class LocalSampler:
             raise ValueError(f"malformed hop request: {n} edge types, {len(request.seeds)} "
                              f"seed lists, {len(request.fanouts)} fan-outs and "
                              f"{len(request.seed_time)} seed time lists")
-        counts, nbrs, eids = [], [], []
+        out = HopResponse([], [], [])
         for i, edge_type in enumerate(request.edge_types):
             c, n, e = self.sample(edge_type, request.seeds[i], request.fanouts[i],
                                   request.replace, request.rng_seed + i,
                                   request.seed_time[i], request.time_attr,
                                   request.temporal_strategy, request.weight_attr)
-            counts.append(c), nbrs.append(n), eids.append(e)
-        return HopResponse(counts, nbrs, eids)
+            out.counts.append(c), out.nbrs.append(n), out.eids.append(e)
+            if request.original_eids:
+                out.original_eids.append(self.original_edges(edge_type, e))
+        return out
+
+    def original_edges(self, edge_type: EdgeType, eids: Tensor) -> Tensor:
+        """Original ids of edges just sampled here (global ids ``eids``), read at their
+        CSC positions in the mapped ``edge_ids.pt``."""
+        csc = self.graph.csc_by_type[edge_type]
+        return take(self.ids.table("edge", edge_type), eids - csc.edge_offset)
 
     def sample(self, edge_type: EdgeType, seeds: Tensor, fanout: int, replace: bool,
                rng_seed: int, seed_time: Optional[Tensor] = None,

@@ -42,8 +42,10 @@ class DistNeighborSampler(BaseSampler):
 
     The sampler works in pyg_dist's **relabelled** ids (seeds in, ``SampledSubgraph``
     out); the loaders translate the user's original ids at construction and return
-    original ids in batches (:mod:`pyg_dist.sampler.ids`). Its fetcher reads every
-    sampled node's and edge's original id with its rows (``original_ids=True``).
+    original ids in batches (:mod:`pyg_dist.sampler.ids`). Owners send every sampled
+    edge's original id with the hop (``SampledSubgraph.original_edge``), and its
+    fetcher reads every sampled node's original id with its rows
+    (``original_ids=True``).
 
     Args:
         data: ``(feature_store, graph_store)`` of this rank's partition.
@@ -83,6 +85,8 @@ class DistNeighborSampler(BaseSampler):
         self.group, self.local = serving_group(check_context(current_ctx), features, graph)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
                                       original_ids=True)
+        #: owners send sampled edges' original ids with every hop (loaders need them)
+        self.original_ids = True
         if feature_cache:
             self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
@@ -148,7 +152,8 @@ class DistNeighborSampler(BaseSampler):
         fan = max(max(f) for f in self.config.num_neighbors.values())
         hint = sum(s.numel() for s in seeds.values()) * (1 + max(fan, 1)) ** min(self.num_hops, 2)
         state = HopState(seeds, self.config.disjoint, seed_time,
-                         capacity_hint=min(hint, max(self.meta.num_nodes.values())))
+                         capacity_hint=min(hint, max(self.meta.num_nodes.values())),
+                         original_eids=self.original_ids)
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng)
             responses = await self._run_hop(plan)
@@ -178,7 +183,7 @@ class DistNeighborSampler(BaseSampler):
     def _request(self, rng_seed: int) -> HopRequest:
         c = self.config
         return HopRequest([], [], [], [], c.replace, c.temporal_strategy, c.time_attr,
-                          c.weight_attr, rng_seed)
+                          c.weight_attr, rng_seed, original_eids=self.original_ids)
 
     def by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]:
         """``(partition, positions)`` pairs covering ``ids``."""
@@ -216,7 +221,8 @@ class DistNeighborSampler(BaseSampler):
                 counts = resp.counts[i]
                 col = torch.repeat_interleave(local, counts)
                 nbr_batch = torch.repeat_interleave(batch, counts) if batch is not None else None
-                state.add_edges(edge_type, col, resp.nbrs[i], resp.eids[i], nbr_batch)
+                state.add_edges(edge_type, col, resp.nbrs[i], resp.eids[i], nbr_batch,
+                                resp.original_eids[i] if resp.original_eids else None)
                 sampled[edge_type] += int(resp.nbrs[i].numel())
         state.end_hop(sampled)
 

@@ -96,7 +96,9 @@ def _fanout(value: object) -> int:
 class HopRequest:
     """One partition's share of one hop, for every edge type at once (one RPC).
 
-    ``seeds[i]`` are global ids of ``edge_types[i][2]`` nodes owned by the receiver.
+    ``seeds[i]`` are global ids of ``edge_types[i][2]`` nodes owned by the receiver;
+    with ``original_eids`` the owner also sends the sampled edges' original ids (it
+    reads them next to the edges it samples: no request of their own).
     """
     edge_types: List[EdgeType]
     seeds: List[Tensor]
@@ -107,14 +109,17 @@ class HopRequest:
     time_attr: Optional[str]
     weight_attr: Optional[str]
     rng_seed: int
+    original_eids: bool = False
 
 
 @dataclass
 class HopResponse:
-    """Per edge type of the request: neighbours per seed, their global ids and edge ids."""
+    """Per edge type of the request: neighbours per seed, their global ids and edge ids
+    (and the edges' original ids, when the request asked for them)."""
     counts: List[Tensor]
     nbrs: List[Tensor]
     eids: List[Tensor]
+    original_eids: List[Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -140,7 +145,9 @@ class SampledSubgraph:
     """The sampled computation graph, ids relabelled (PyG's ``SamplerOutput`` fields).
 
     ``node[t]`` are global ids (seeds first); ``row[e]``/``col[e]`` index
-    ``node[e[0]]``/``node[e[2]]``; ``edge[e]`` are global edge ids.
+    ``node[e[0]]``/``node[e[2]]``; ``edge[e]`` are global edge ids and
+    ``original_edge[e]`` their original ids (``None`` unless the sampler asked owners
+    for them).
     """
     node: Dict[NodeType, Tensor]
     row: Dict[EdgeType, Tensor]
@@ -149,6 +156,7 @@ class SampledSubgraph:
     batch: Optional[Dict[NodeType, Tensor]]
     num_sampled_nodes: Dict[NodeType, List[int]]
     num_sampled_edges: Dict[EdgeType, List[int]]
+    original_edge: Optional[Dict[EdgeType, Tensor]] = None
 
 
 @dataclass

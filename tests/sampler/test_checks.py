@@ -71,6 +71,44 @@ def test_bad_hop_responses_raise_naming_the_peer(case):
     assert PEER in str(info.value) and "sampler.hop" in str(info.value)
 
 
+def _asking_ids():
+    req = _request()
+    req.original_eids = True
+    return req
+
+
+def _with_ids(resp):
+    resp.original_eids = [torch.tensor([7, 3, 98]), torch.tensor([49, 1, 2, 0])]
+    return resp
+
+
+BAD_IDS = {
+    "none sent": (lambda r: r, "'original_eids' must hold 2 entries"),
+    "one short": (lambda r: _edit("original_eids", 0, torch.tensor([7, 3]))(_with_ids(r)),
+                  "2 original edge ids for 3 edges"),
+    "as int32": (lambda r: _edit("original_eids", 1, torch.tensor([1, 2, 3, 4],
+                                                                  dtype=torch.int32))(_with_ids(r)),
+                 "'original_eids' must be a 1-D int64"),
+    "out of range": (lambda r: _edit("original_eids", 1, torch.tensor([0, 1, 2, 50]))(_with_ids(r)),
+                     r"original edge ids must lie in \[0, 50\)"),
+}
+
+
+def test_original_edge_ids_are_checked_only_when_asked_for():
+    check_hop_response(_asking_ids(), _with_ids(_response()), NUM_NODES, PEER,
+                       num_edges=NUM_EDGES)
+    check_hop_response(_request(), _response(), NUM_NODES, PEER, num_edges=NUM_EDGES)
+
+
+@pytest.mark.parametrize("case", list(BAD_IDS))
+def test_bad_original_edge_ids_raise_naming_the_peer(case):
+    edit, match = BAD_IDS[case]
+    with pytest.raises(RemoteResponseError, match=match) as info:
+        check_hop_response(_asking_ids(), edit(_response()), NUM_NODES, PEER,
+                           num_edges=NUM_EDGES)
+    assert PEER in str(info.value)
+
+
 @pytest.mark.multiprocess
 def test_much_wider_remote_rows_do_not_crash_the_process():
     """Rows 13000 times wider than the local schema (a peer serving another graph):
@@ -126,3 +164,24 @@ def test_the_hop_callee_refuses_malformed_requests(hetero_parted):
         sampler.hop(request([own.double()], [2]))
     with pytest.raises(ValueError, match="does not own"):
         sampler.hop(request([own + 10**6], [2]))
+
+
+def test_the_owner_sends_each_sampled_edge_s_original_id(homo_parted):
+    """With ``original_eids``, the hop's owner reads every sampled edge's original id at
+    the position it drew: equal to the edge's ``oid`` (its id in the unpartitioned
+    graph), with and without replacement; not asked, none is sent."""
+    meta = homo_parted.meta
+    et = meta.edge_types[0]
+    oid = homo_parted.full("edges", et, "oid").view(-1)
+    for part, sampler in enumerate(homo_parted.samplers):
+        book = meta.node_book(et[2])
+        seeds = torch.arange(book.start(part), book.start(part) + book.size(part))
+        for replace in (False, True):
+            req = HopRequest([et], [seeds], [4], [None], replace, "uniform", None, None, 7,
+                             original_eids=True)
+            resp = sampler.hop(req)
+            check_hop_response(req, resp, meta.num_nodes, PEER, num_edges=meta.num_edges)
+            assert resp.eids[0].numel() > 0
+            assert torch.equal(resp.original_eids[0], oid[resp.eids[0]])
+        req.original_eids = False
+        assert sampler.hop(req).original_eids == []

@@ -244,3 +244,15 @@ def test_top_k_ranks_like_a_stable_sort():
         for keys in (rng.integers(0, 5, m), rng.random(m)):
             want = np.argsort(keys, kind="stable")[m - k:]
             assert _top_k(keys, k).tolist() == want.tolist()
+
+
+def test_take_gathers_and_refuses_positions_outside():
+    from pyg_dist.sampler.kernels import take
+
+    values = torch.arange(100, 200)
+    pos = torch.tensor([5, 0, 99, 5, 42])
+    assert torch.equal(take(values, pos), values[pos])
+    assert take(values, torch.empty(0, dtype=torch.long)).numel() == 0
+    for bad in ([100], [-1], [3, 250]):
+        with pytest.raises(IndexError, match=r"outside \[0, 100\)"):
+            take(values, torch.tensor(bad))
