@@ -34,6 +34,7 @@ from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext, check_context
+from pyg_dist.rpc.process_group import ensure_process_group
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store.ids import BATCH_IDS, PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
@@ -178,7 +179,7 @@ class DistLoader:
             "stored attributes": self.features.schema(),
             "labels set": self.features.labels is not None}
         cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \
-            runtime.ensure_process_group(self.ctx)
+            ensure_process_group(self.ctx)
         infos = agree(what, must_match, self.ctx.world_size, cpu_group,
                       info={"batches": own}, error=error)
         counts = [int(i["batches"]) for i in infos]
