@@ -79,11 +79,37 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
         TypeError, ValueError: naming the key or argument that is not what is expected.
     """
     ranks = Ranks.current()
+    items, found = _agreed_version(path, (state, model, optimizer, embeddings,
+                                          sparse_optimizers, loaders), ranks, restore_rng)
+    if found is None:
+        return None
+    folder, info = Path(path) / found[0], files.Info(**found[1])
+    exact, positions = _restore(folder, info, items, ranks, restore_rng)
+    for entry in (e for e in items if e.kind == ent.JSON and state and e.key in state):
+        state[entry.key] = info.values[entry.key]
+    return CheckpointInfo(str(folder), info.step, info.world_size, info.incarnation, exact,
+                          positions, dict(info.values), info.values.get("extra", {}))
+
+
+def _agreed_version(path: PathLike, keywords: Tuple[Any, ...], ranks: Ranks,
+                    restore_rng: bool) -> Tuple[List[Entry], Optional[Tuple[str, Dict[str, Any]]]]:
+    """The entries asked for and the version to load, checked on every rank (collective).
+
+    Args:
+        path: the checkpoint folder.
+        keywords (tuple): ``(state, model, optimizer, embeddings, sparse_optimizers,
+            loaders)`` as given to :func:`load`.
+        ranks (Ranks): the ranks loading.
+        restore_rng (bool): whether torch's RNG state is restored too.
+
+    Returns:
+        the entries, and the version's ``(folder name, info)`` (``None`` when there is
+        no checkpoint yet), the same on every rank.
+    """
     error, found, items, spec = None, None, [], None
     try:
         ent.check_path(path)
-        items = ent.entries(ent.from_keywords(state, model, optimizer, embeddings,
-                                              sparse_optimizers, loaders))
+        items = ent.entries(ent.from_keywords(*keywords))
         ent.check_flag(restore_rng, "restore_rng")
         spec = [e.spec() for e in items]
         found = _check_version(Path(path), items, ranks, restore_rng)
@@ -94,10 +120,25 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
     if len({repr(f) for f, _ in gathered}) > 1:
         raise CheckpointError(f"ranks see different versions of checkpoint {path}: is it on a "
                               f"file system every rank shares?")
-    if found is None:
-        return None
-    folder, info = Path(path) / found[0], files.Info(**found[1])
+    return items, found
+
+
+def _restore(folder: Path, info: files.Info, items: List[Entry], ranks: Ranks,
+             restore_rng: bool) -> Tuple[bool, List[Tuple[int, int]]]:
+    """Loads the dense entries, then plans and applies the sharded ones (collective).
+
+    Args:
+        folder (Path): the version folder.
+        info (files.Info): its recorded info.
+        items (List[Entry]): the entries to fill.
+        ranks (Ranks): the ranks loading.
+        restore_rng (bool): whether torch's RNG state is restored too.
+
+    Returns:
+        whether the load is exact (same world size), and the loaders' positions.
+    """
     _load_dense(folder, items, ranks)
+    error: Optional[BaseException] = None
     exact, steps, positions = info.world_size == ranks.world_size, [], []
     try:
         steps, positions = _plan(folder, info, items, ranks, exact, restore_rng)
@@ -110,10 +151,7 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
     except Exception as exc:
         error = exc
     ranks.gather(error, None, f"restoring checkpoint {folder}")
-    for entry in (e for e in items if e.kind == ent.JSON and state and e.key in state):
-        state[entry.key] = info.values[entry.key]
-    return CheckpointInfo(str(folder), info.step, info.world_size, info.incarnation, exact,
-                          positions, dict(info.values), info.values.get("extra", {}))
+    return exact, positions
 
 
 def _check_version(root: Path, items: List[Entry], ranks: Ranks,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple, Union
 
+from torch_geometric.data import Data, HeteroData
+
 from pyg_dist.convert.extras import PygExtras, extras_layout_of
 from pyg_dist.convert.pickles import PickleLoader, PygFormatError
 from pyg_dist.convert.pyg_graph import PygGraphReader
@@ -103,25 +105,52 @@ def convert_pyg_partitions(input: Union[str, Path], out: Union[str, Path],
     _check_out_free(out, overwrite)
     loader = PickleLoader(trust_pickles, notify, trust_flag)
     layout = PygLayout.read(Path(input), loader)
-    num_nodes = {t: layout.num_nodes(t) for t in layout.node_types}
-    extras = PygExtras.find(layout.root, layout.num_parts, num_nodes, label_node_type, loader,
-                            {t: layout.node_map_path(t) for t in layout.node_types})
+    extras = _find_extras(layout, label_node_type, loader)
     target = _extras_target(layout, out, extras, overwrite) if pyg_extras else None
     data = PygGraphReader(layout, loader).read(progress)
     if extras is not None:
         extras.apply(data)
+    meta = _partition_as_given(data, layout, out, overwrite, progress)
+    result = ConvertResult(meta, unsafe_files=len(loader.unsafe_files))
+    if extras is not None:
+        result.label_node_type, result.splits = extras.node_type, tuple(extras.masks)
+        if target is not None:
+            result.extras_written = _write_extras(out, target, extras.node_type)
+    return result
+
+
+def _find_extras(layout: PygLayout, label_node_type: Optional[NodeType],
+                 loader: PickleLoader) -> Optional[PygExtras]:
+    """The labels and splits beside the PyG folder of ``layout`` (``None``: none found)."""
+    num_nodes = {t: layout.num_nodes(t) for t in layout.node_types}
+    return PygExtras.find(layout.root, layout.num_parts, num_nodes, label_node_type, loader,
+                          {t: layout.node_map_path(t) for t in layout.node_types})
+
+
+def _partition_as_given(data: Union[Data, HeteroData], layout: PygLayout, out: Path,
+                        overwrite: bool, progress: bool) -> PartitionMeta:
+    """Writes ``data`` to ``out`` with PyG's assignment of nodes to partitions kept.
+
+    Args:
+        data (Data or HeteroData): the graph rebuilt from the PyG partitions.
+        layout (PygLayout): the PyG folder (its node maps give the assignment).
+        out (Path): our output partition folder.
+        overwrite (bool): replace a non-empty ``out``.
+        progress (bool): report progress on ``stderr``.
+
+    Raises:
+        PygFormatError: when the partitioner refuses PyG's assignment.
+    """
     given = dict(layout.node_maps) if layout.is_hetero else layout.node_maps[HOMO_NODE]
     try:
         partitioner = Partitioner(data, layout.num_parts, out, method="given", assignment=given,
                                   overwrite=overwrite, progress=progress)
     except ValueError as exc:
         raise PygFormatError(f"{layout.root}: cannot keep its partitioning: {exc}") from exc
-    meta = partitioner.generate_partition()
-    result = ConvertResult(meta, unsafe_files=len(loader.unsafe_files))
-    if extras is not None:
-        result.label_node_type, result.splits = extras.node_type, tuple(extras.masks)
-        if target is not None:
-            summary = write_pyg_extras(out, target, extras.node_type)
-            result.extras_written = [summary.label_file, *(
-                f for files in summary.split_files.values() for f in files)]
-    return result
+    return partitioner.generate_partition()
+
+
+def _write_extras(out: Path, target: ExtrasLayout, node_type: NodeType) -> List[Path]:
+    """Writes the labels and split chunks beside ``out``; returns the files written."""
+    summary = write_pyg_extras(out, target, node_type)
+    return [summary.label_file, *(f for files in summary.split_files.values() for f in files)]

@@ -113,6 +113,29 @@ def sync_tree(folder: Path) -> None:
         fsync_dir(base)
 
 
+def prepare_folder(out: Path, overwrite: bool,
+                   how: str = "overwrite=True / --overwrite") -> None:
+    """Checks that a new folder may take the place of ``out``, creates its parent and
+    removes leftovers of killed writes of ``out`` whose writer is provably gone.
+
+    Args:
+        out (Path): the folder to create.
+        overwrite (bool): replace an existing, non-empty ``out``.
+        how (str): how the caller's user passes ``overwrite``, for the message.
+
+    Raises:
+        FileExistsError: if ``out`` is not a folder, or exists, is not empty and
+            ``overwrite`` is False.
+    """
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"output {out} exists and is not a folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    leftovers.clean_stale(out)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"output folder {out} exists and is not empty "
+                              f"(pass {how} to replace it)")
+
+
 @contextmanager
 def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yields a temporary folder next to ``out``; flushes it and renames it to ``out`` on
@@ -131,13 +154,7 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
         FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"output {out} exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    leftovers.clean_stale(out)
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"output folder {out} exists and is not empty "
-                              f"(pass overwrite=True / --overwrite to replace it)")
+    prepare_folder(out, overwrite)
     tmp = leftovers.claim(out)
     try:
         yield tmp

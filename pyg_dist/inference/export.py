@@ -18,12 +18,13 @@ from __future__ import annotations
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from pyg_dist.embedding import DistTensor
+from pyg_dist.embedding.comm import Comm
 from pyg_dist.inference import manifest as fmt
 from pyg_dist.inference import rows
 from pyg_dist.format import files, io
@@ -63,10 +64,7 @@ def export(result: Result, partition_dir: PathLike, out_dir: PathLike, *,
     ctx = ctx or DistContext.from_env()
     meta = io.read_meta(partition_dir)
     tensors = _by_type(result, meta)
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-    if format == "parquet":
-        fmt.require_pyarrow()
+    _check_format(format)
     out = Path(out_dir)
     comm = next(iter(tensors.values())).comm
     token = comm.all_gather_object(uuid.uuid4().hex)[0]
@@ -74,16 +72,8 @@ def export(result: Result, partition_dir: PathLike, out_dir: PathLike, *,
     part = ctx.partition_id(meta.num_parts)
     leader = ctx.ranks_of(part, meta.num_parts)[0] == ctx.rank
     with ExitStack() as stack:
+        tmp, folder = _claim_folder(stack, out, overwrite, comm, view[0], ctx.rank == view[0])
         error: Optional[BaseException] = None
-        tmp: Optional[Path] = None
-        try:
-            if ctx.rank == view[0]:
-                tmp = stack.enter_context(files.atomic_dir(out, overwrite=overwrite))
-        except (OSError, ValueError) as exc:
-            error = exc
-        comm.agree(error, f"creating export folder {out}")
-        folder = Path(comm.all_gather_object(str(tmp) if tmp else "")[view[0]])
-        error = None
         try:
             if leader:
                 for node_type, tensor in tensors.items():
@@ -93,12 +83,53 @@ def export(result: Result, partition_dir: PathLike, out_dir: PathLike, *,
             error = exc
         comm.agree(error, f"writing export {out}")
         if tmp is not None:
-            parts = sorted(ctx.partition_of(r, meta.num_parts) for r in view)
-            entries = {t: [fmt.pair_paths(t, p, format == "parquet")
-                           for p in dict.fromkeys(parts)] for t in tensors}
-            files.write_json(tmp / fmt.MANIFEST, fmt.manifest(entries))
+            _write_manifest(tmp, list(tensors), sorted(ctx.partition_of(r, meta.num_parts)
+                                                       for r in view), format == "parquet")
     comm.agree(None, f"finishing export {out}")  # nobody returns before out_dir is there
     return out
+
+
+def _check_format(format: str) -> None:
+    """Raises unless ``format`` is one of :data:`FORMATS` whose writer can run here."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if format == "parquet":
+        fmt.require_pyarrow()
+
+
+def _claim_folder(stack: ExitStack, out: Path, overwrite: bool, comm: Comm, first: int,
+                  is_first: bool) -> Tuple[Optional[Path], Path]:
+    """Creates the hidden temporary folder of ``out`` on the first rank sharing it
+    (collective; the folder is renamed to ``out`` when ``stack`` closes).
+
+    Args:
+        stack (ExitStack): holds the temporary folder until the export is complete.
+        out (Path): the export folder.
+        overwrite (bool): replace an existing, non-empty ``out``.
+        comm (Comm): the ranks of the exported tensors.
+        first (int): the rank that creates the folder for the ranks sharing it.
+        is_first (bool): whether this rank is ``first``.
+
+    Returns:
+        the temporary folder (``None`` except on ``first``), and where it is.
+    """
+    error: Optional[BaseException] = None
+    tmp: Optional[Path] = None
+    try:
+        if is_first:
+            tmp = stack.enter_context(files.atomic_dir(out, overwrite=overwrite))
+    except (OSError, ValueError) as exc:
+        error = exc
+    comm.agree(error, f"creating export folder {out}")
+    return tmp, Path(comm.all_gather_object(str(tmp) if tmp else "")[first])
+
+
+def _write_manifest(tmp: Path, node_types: List[NodeType], parts: List[int],
+                    parquet: bool) -> None:
+    """Writes the manifest listing the file pairs of ``parts`` for every node type."""
+    entries = {t: [fmt.pair_paths(t, p, parquet) for p in dict.fromkeys(parts)]
+               for t in node_types}
+    files.write_json(tmp / fmt.MANIFEST, fmt.manifest(entries))
 
 
 def _shared_with(out: Path, token: str, comm) -> List[int]:

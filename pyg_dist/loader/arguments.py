@@ -76,3 +76,11 @@ def check_loader_options(shuffle: Any, drop_last: Any, replace: Any, disjoint: A
     check_device(device)
     check_name("time_attr", time_attr)
     check_name("weight_attr", weight_attr)
+
+
+def check_sizes(batch_size: int, num_workers: int, concurrency: int) -> None:
+    """``batch_size`` and ``concurrency`` must be integers >= 1, ``num_workers`` >= 0."""
+    for name, value, low in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                             ("concurrency", concurrency, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
-from pyg_dist.loader.arguments import check_device, check_loader_options
+from pyg_dist.loader.arguments import check_device, check_loader_options, check_sizes
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.compat import accept_pyg_options
 from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
@@ -34,6 +34,7 @@ from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext, check_context
+from pyg_dist.rpc.process_group import ensure_process_group
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store.ids import BATCH_IDS, PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
@@ -125,7 +126,7 @@ class DistLoader:
         wire_spec = None
         try:
             accept_pyg_options(pyg_options, type(self).__name__)
-            _check_sizes(batch_size, num_workers, concurrency)
+            check_sizes(batch_size, num_workers, concurrency)
             check_loader_options(shuffle, drop_last, replace, disjoint, even_batches,
                                  pin_memory, seed, feature_cache, transform, device,
                                  time_attr, weight_attr)
@@ -150,6 +151,10 @@ class DistLoader:
         self.transform = transform
         self.plan = EpochPlan(seeds.num_seeds, batch_size,
                               max(counts) if even_batches else own, shuffle, drop_last, seed)
+        self._init_iteration_state()
+
+    def _init_iteration_state(self) -> None:
+        """No iteration yet: epoch 0, no position to resume, no sampler workers."""
         self.epoch = 0
         self._resume: Optional[LoaderState] = None  # set by load_state_dict
         self._position = (0, 0)  # (epoch, first batch) of the current iteration
@@ -178,7 +183,7 @@ class DistLoader:
             "stored attributes": self.features.schema(),
             "labels set": self.features.labels is not None}
         cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \
-            runtime.ensure_process_group(self.ctx)
+            ensure_process_group(self.ctx)
         infos = agree(what, must_match, self.ctx.world_size, cpu_group,
                       info={"batches": own}, error=error)
         counts = [int(i["batches"]) for i in infos]
@@ -392,9 +397,3 @@ def _loader_number() -> int:
     """The number the next loader of this process's RPC group gets (0 before joining)."""
     return runtime.current().loaders if runtime.is_initialized() else 0
 
-
-def _check_sizes(batch_size: int, num_workers: int, concurrency: int) -> None:
-    for name, value, low in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
-                             ("concurrency", concurrency, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.process_group import ensure_process_group
 from pyg_dist.store.ids import PartIds
 from pyg_dist.typing import NodeType
 
@@ -46,7 +47,7 @@ def cpu_group(ctx: DistContext) -> Optional[object]:
     """The gloo group of pyg_dist's collectives (initialising the process group if needed)."""
     if runtime.is_initialized():
         return runtime.current().cpu_group
-    return runtime.ensure_process_group(ctx)
+    return ensure_process_group(ctx)
 
 
 def _ask_all(asked: Tensor, answer: Callable[[Tensor], Tensor], ctx: DistContext,

@@ -4,8 +4,9 @@ from pyg_dist.rpc.agreement import DisagreementError, PeerFailedError, agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.event_loop import EventLoopThread, gather_all, wrap_future
 from pyg_dist.rpc.registry import RpcRemoteError, callee
-from pyg_dist.rpc.runtime import (RpcGroup, RpcPeerError, current, init_process_group,
-                                  is_initialized, join_rpc, served, shutdown_rpc)
+from pyg_dist.rpc.process_group import init_process_group
+from pyg_dist.rpc.runtime import (RpcGroup, RpcPeerError, current, is_initialized, join_rpc,
+                                  served, shutdown_rpc)
 
 __all__ = ["DistContext", "EventLoopThread", "gather_all", "wrap_future", "callee", "RpcGroup",
            "RpcPeerError", "RpcRemoteError", "DisagreementError", "PeerFailedError", "agree",

@@ -30,11 +30,9 @@ or complete, never half written.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
@@ -42,13 +40,14 @@ from typing import Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.format import files, io, leftovers
+from pyg_dist.format import files, leftovers
 from pyg_dist.format.identity import part_digest, partition_uid
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.partition.common import Laps, PartitionTimings, type_offsets
 from pyg_dist.partition.distributed.assign import DistAssigner, random_local_parts
 from pyg_dist.partition.distributed.comm import ArrayComm, home_of, lookup, route
 from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
+from pyg_dist.partition.distributed.output import finish_output
 from pyg_dist.partition.distributed.rows import RowExchange, writer_of
 from pyg_dist.partition.options import PartitionOptions, check_options
 from pyg_dist.partition.outofcore.budget import DIST_BYTES_PER_NODE
@@ -57,7 +56,7 @@ from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import open_source
 from pyg_dist.progress import step
 from pyg_dist.partition.writer import PartPieces, graph_meta, part_halo, write_part
-from pyg_dist.hooks import kill_if_requested, partition_unshared
+from pyg_dist.hooks import kill_if_requested
 from pyg_dist.typing import EdgeType, NodeType
 
 #: bytes held per edge while a destination range is put in CSC order: its records, the
@@ -134,13 +133,7 @@ class DistPartitioner(RowExchange):
         start, laps = time.perf_counter(), Laps()
         error: Optional[BaseException] = None
         try:
-            if out.exists() and not out.is_dir():
-                raise FileExistsError(f"output {out} exists and is not a folder")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            leftovers.clean_stale(out)
-            if out.is_dir() and any(out.iterdir()) and not self.overwrite:
-                raise FileExistsError(f"output folder {out} exists and is not empty (pass "
-                                      f"--overwrite to replace it)")
+            files.prepare_folder(out, self.overwrite, "--overwrite")
         except (OSError, ValueError) as exc:
             error = exc
         infos = comm.allgather({"fields": self._identity(), "error": None if error is None
@@ -150,7 +143,7 @@ class DistPartitioner(RowExchange):
         tmp = leftovers.claim(out)
         try:
             meta = self._run(tmp, laps)
-            self._finish(tmp, meta)
+            finish_output(comm, tmp, meta, self.root)
         finally:
             leftovers.release(tmp, out)
         laps.lap("write")
@@ -383,35 +376,3 @@ class DistPartitioner(RowExchange):
             np.empty(0, np.int64)
         return bucket_starts(ordered, offsets, self.mine, self.budget, BYTES_PER_SORTED_EDGE,
                              f"edge type {name}")
-
-    # ---- 5. output folders -----------------------------------------------------------------
-    def _finish(self, tmp: Path, meta: PartitionMeta) -> None:
-        """Gathers the partitions of ranks sharing a file system into one folder per file
-        system, writes META there and renames it to ``--out`` (see the module docstring)."""
-        comm = self.comm
-        token = comm.allgather(uuid.uuid4().hex if comm.rank == 0 else None,
-                               "finishing the output")[0]
-        marker = tmp / f".rank-{comm.rank}-{token}"
-        marker.touch()
-        folders = comm.allgather(str(tmp), "finishing the output")
-        seen = [r for r, f in enumerate(folders) if (Path(f) / f".rank-{r}-{token}").exists()]
-        if partition_unshared():  # test hook: as if
-            seen = [comm.rank]  # every rank ran on a machine of its own
-        leaders = comm.allgather(min(seen), "finishing the output")
-        error: Optional[BaseException] = None
-        try:
-            if leaders[comm.rank] == comm.rank:
-                for r, leader in enumerate(leaders):
-                    if leader == comm.rank and r != comm.rank:
-                        for part in Path(folders[r]).glob("part_*"):
-                            os.replace(part, tmp / part.name)
-                for stale in tmp.glob(".rank-*"):
-                    stale.unlink()
-                io.save_json(meta.to_json(), tmp / io.META_FILE)
-        except OSError as exc:
-            error = exc
-        comm.check("gathering the partitions", error)
-        kill_if_requested("rename", comm.rank)
-        if leaders[comm.rank] == comm.rank:
-            files.swap_in(tmp, self.root)
-        comm.check("renaming the output folder", None)
