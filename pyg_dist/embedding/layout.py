@@ -24,9 +24,8 @@ from torch import Tensor
 
 from pyg_dist.format.book import RangeBook
 from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.loader.graph_serving import find_elsewhere
+from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.rpc import runtime
-from pyg_dist.store.ids import PartIds
 
 PartitionLike = Union[RangeBook, PartitionMeta, Sequence[int], None]
 
@@ -149,7 +148,7 @@ class GraphRows:
     partition ``p`` live on its ranks). The translation uses the id tables of the
     partition this process serves (:func:`pyg_dist.init_rpc` with stores, or any
     loader): owned ids from its mapped table, the others asked of the other partitions
-    in one round trip (:func:`~pyg_dist.loader.graph_serving.find_elsewhere`).
+    in one round trip (:func:`~pyg_dist.sampler.id_lookup.relabel`).
 
     Args:
         meta (PartitionMeta): the partitioned graph.
@@ -183,23 +182,9 @@ class GraphRows:
         if ids.numel() == 0:
             return ids
         sampler = self._served()
-        table: PartIds = sampler.ids
-        uniq, inverse = torch.unique(ids, return_inverse=True)
-        found = table.find(self.node_type, uniq)
-        missing = torch.nonzero(found < 0).view(-1)
-        if missing.numel() and self.meta.num_parts > 1:
-            group = runtime.current()
-            if group.world_size > 1:
-                found[missing] = run(find_elsewhere(group, self.meta, "node", self.node_type,
-                                                    uniq[missing]))
-            else:  # one process serving a folder of several partitions
-                for part in range(self.meta.num_parts):
-                    lost = found < 0
-                    if part != table.part and bool(lost.any()):
-                        other = PartIds(table.root, self.meta, part, table.tables)
-                        found[lost] = other.find(self.node_type, uniq[lost])
+        found = run(relabel(runtime.current(), sampler.ids, "node", self.node_type, ids))
         if bool((found < 0).any()):
             raise ValueError(f"DistTensor '{self.name}': {argument} holds original ids "
-                             f"{uniq[found < 0][:5].tolist()} of node type "
+                             f"{ids[found < 0][:5].tolist()} of node type "
                              f"'{self.node_type}' that no partition owns")
-        return found[inverse]
+        return found

@@ -10,7 +10,8 @@ How each answer is found (no whole-graph table anywhere):
 
 1. original -> relabelled: ids this partition owns are looked up in its mapped id
    table; the rest are asked of every other partition at once (``graph.find_ids``,
-   one request per partition, all in flight), each answering for what it owns;
+   one request per partition, all in flight), each answering for what it owns
+   (:mod:`pyg_dist.sampler.id_lookup`);
 2. then one request per owner, through the helpers the samplers use: rows with
    :class:`~pyg_dist.sampler.features.FeatureFetcher` (split by owner, remote first,
    local rows meanwhile), hops with :class:`~pyg_dist.DistNeighborSampler`, and the
@@ -27,6 +28,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from pyg_dist.loader import graph_serving
+from pyg_dist.sampler.id_lookup import check_answer, relabel
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.features import FeatureFetcher
@@ -105,19 +107,11 @@ class DistGraph(FeatureStore):
         total = self.meta.num_nodes[group] if kind == "node" else self.meta.num_edges[group]
         what = f"node type '{group}'" if kind == "node" else f"edge type {edge_key(group)}"
         ids = check_ids(ids, total, argument, what)
-        uniq, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
-        found = self.ids.find(group, uniq, kind)
-        missing = torch.nonzero(found < 0).view(-1)
-        if missing.numel() and self.meta.num_parts > 1:
-            found[missing] = self._ask_others(kind, group, uniq[missing])
+        found = self._run(relabel(self.group, self.ids, kind, group, ids))
         if bool((found < 0).any()):
-            raise ValueError(f"{argument}: original ids {uniq[found < 0][:5].tolist()} of "
+            raise ValueError(f"{argument}: original ids {ids[found < 0][:5].tolist()} of "
                              f"{what} are in no partition (a damaged partition folder)")
-        return found[inverse].view(ids.shape)
-
-    def _ask_others(self, kind: str, group: Group, queries: Tensor) -> Tensor:
-        return self._run(graph_serving.find_elsewhere(self.group, self.meta, kind, group,
-                                                      queries))
+        return found
 
     def original(self, kind: str, group: Group, relabelled: Tensor) -> Tensor:
         """Original ids of relabelled node or edge ids of ``group`` (any owner): one
@@ -224,7 +218,7 @@ class DistGraph(FeatureStore):
 
         def add(part: int, got: object) -> None:
             where = f"'graph.degrees' on partition {part}"
-            total.add_(graph_serving.check_answer(got, tuple(flat.shape), 0, bound, where))
+            total.add_(check_answer(got, tuple(flat.shape), 0, bound, where))
 
         async def ask() -> None:
             requests = [(p, self.group.call_async(self.group.route(p), "graph.degrees",
@@ -265,7 +259,7 @@ class DistGraph(FeatureStore):
 
         def put(pos: Tensor, got: object) -> None:
             shape = (2, pos.numel()) if columns else (pos.numel(),)
-            got = graph_serving.check_answer(got, shape, 0, bound or (1 << 62), f"'{name}'")
+            got = check_answer(got, shape, 0, bound or (1 << 62), f"'{name}'")
             if columns:
                 out[:, pos] = got
             else:

@@ -7,6 +7,7 @@ owned part locally meanwhile, then merge, dedupe and relabel.
 from __future__ import annotations
 
 import logging
+import dataclasses
 from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -23,6 +24,8 @@ from pyg_dist.sampler import shared_cache
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_state import HopState
+from pyg_dist.sampler.id_lookup import relabel
+from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, LinkSeeds,
@@ -30,6 +33,7 @@ from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, Lin
                                     SamplingConfig)
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.store.ids import check_ids
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
 
 log = logging.getLogger("pyg_dist")
@@ -40,9 +44,11 @@ Output = Union[SamplerOutput, HeteroSamplerOutput]
 class DistNeighborSampler(BaseSampler):
     """Samples multi-hop neighbourhoods of seeds spread over all partitions.
 
-    The sampler works in pyg_dist's **relabelled** ids (seeds in, ``SampledSubgraph``
-    out); the loaders translate the user's original ids at construction and return
-    original ids in batches (:mod:`pyg_dist.sampler.ids`). Owners send every sampled
+    PyG's interface (:meth:`sample_from_nodes`, :meth:`sample_from_edges`) takes and
+    returns the dataset's original ids. Inside, and in the async methods the loaders
+    call (:meth:`sample_nodes`, :meth:`sample_edges`, :meth:`sample_subgraph`), it
+    works in pyg_dist's **relabelled** ids; the loaders translate the user's original
+    ids at construction and return original ids in batches (:mod:`pyg_dist.sampler.ids`). Owners send every sampled
     edge's original id with the hop (``SampledSubgraph.original_edge``), and its
     fetcher reads every sampled node's original id with its rows
     (``original_ids=True``).
@@ -87,6 +93,7 @@ class DistNeighborSampler(BaseSampler):
                                       original_ids=True)
         #: owners send sampled edges' original ids with every hop (loaders need them)
         self.original_ids = True
+        self._id_fetcher: Optional[FeatureFetcher] = None  # nodes' original ids only
         if feature_cache:
             self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
@@ -261,14 +268,60 @@ class DistNeighborSampler(BaseSampler):
         also draws the negatives (default: torch's global generator)."""
         return await sample_links(self, inputs, neg_sampling, rng)
 
+    # PyG's interface speaks the dataset's original ids, in and out
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
-        """PyG's interface: ``SamplerOutput``/``HeteroSamplerOutput`` with PyG's metadata."""
-        return self.to_pyg(self.group.loop.run(self.sample_nodes(index)))
+        """PyG's interface, in original ids: ``index.node`` are the dataset's node ids
+        (any owner); the ``SamplerOutput``/``HeteroSamplerOutput`` holds original ids in
+        ``node`` and ``edge`` (``row``/``col`` index ``node``), with PyG's metadata."""
+        return self.group.loop.run(self._from_nodes(index))
 
     def sample_from_edges(self, index: EdgeSamplerInput,
                           neg_sampling: Optional[NegativeSampling] = None) -> Output:
-        """PyG's interface: ``SamplerOutput``/``HeteroSamplerOutput`` with PyG's metadata."""
-        return self.to_pyg(self.group.loop.run(self.sample_edges(index, neg_sampling)))
+        """PyG's interface, in original ids: ``index.row``/``index.col`` are the dataset's
+        node ids; the output as :meth:`sample_from_nodes`."""
+        return self.group.loop.run(self._from_edges(index, neg_sampling))
+
+    async def _from_nodes(self, index: NodeSamplerInput) -> Output:
+        node_type = self._input_node_type(index.input_type)
+        node = await self._relabelled(node_type, index.node, "index.node")
+        batch = await self.sample_nodes(NodeSamplerInput(index.input_id, node, index.time,
+                                                         index.input_type))
+        return await self._original_output(batch)
+
+    async def _from_edges(self, index: EdgeSamplerInput,
+                          neg_sampling: Optional[NegativeSampling]) -> Output:
+        src, _, dst = self.meta.edge_type(index.input_type)
+        row = await self._relabelled(src, index.row, "index.row")
+        col = await self._relabelled(dst, index.col, "index.col")
+        inputs = EdgeSamplerInput(index.input_id, row, col, index.label, index.time,
+                                  index.input_type)
+        return await self._original_output(await self.sample_edges(inputs, neg_sampling))
+
+    async def _relabelled(self, node_type: NodeType, ids: Tensor, argument: str) -> Tensor:
+        """Relabelled ids of original node ids (any owner); raises naming ``argument``."""
+        ids = check_ids(ids, self.meta.num_nodes[node_type], argument,
+                        f"node type '{node_type}'")
+        found = await relabel(self.group, self.local.ids, "node", node_type, ids)
+        if bool((found < 0).any()):
+            raise ValueError(f"{argument}: original ids {ids[found < 0][:5].tolist()} of "
+                             f"node type '{node_type}' are in no partition")
+        return found
+
+    async def _original_output(self, batch: SampledBatch) -> Output:
+        """PyG's output of a batch with its nodes' and edges' original ids: nodes' from
+        their owners (one request per owner), edges' as sent with the hops."""
+        sub = batch.subgraph
+        if self._id_fetcher is None:
+            self._id_fetcher = FeatureFetcher(
+                self.group, self.local, self.meta, edge_attrs={},
+                node_attrs={t: [ID_ATTR] for t in self.meta.node_types})
+        asked = {t: v for t, v in sub.node.items() if v.numel()}
+        got = await self._id_fetcher.fetch(asked, {}, unique=self.config.disjoint)
+        node = {t: got.nodes[t][ID_ATTR] if t in asked else v for t, v in sub.node.items()}
+        if sub.original_edge is None:
+            raise RuntimeError("original edge ids were not sampled (original_ids=False)")
+        sub = dataclasses.replace(sub, node=node, edge=sub.original_edge)
+        return self.to_pyg(SampledBatch(sub, batch.seeds))
 
     @property
     def edge_permutation(self) -> None:

@@ -14,15 +14,16 @@ from typing import Any, Dict, Optional, Tuple
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.runtime import RpcGroup
-from pyg_dist.sampler import direct, link, local
+from pyg_dist.sampler import direct, id_lookup, link, local
 from pyg_dist.sampler.local import LocalSampler, serving_objects
 from pyg_dist.sampler.warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 #: the modules defining the callees a process serving a partition answers
-#: (``sampler.hop`` and ``sampler.features`` in local, ``sampler.has_edges`` in link):
-#: importing them registered those callees with :mod:`pyg_dist.rpc.registry`
-CALLEE_MODULES = (local, link)
+#: (``sampler.hop`` and ``sampler.features`` in local, ``sampler.has_edges`` in link,
+#: ``graph.find_ids`` in id_lookup): importing them registered those callees with
+#: :mod:`pyg_dist.rpc.registry`
+CALLEE_MODULES = (local, link, id_lookup)
 
 
 def check_stores(ctx: DistContext, features: LocalFeatureStore, graph: LocalGraphStore) -> None:

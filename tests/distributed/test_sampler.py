@@ -395,3 +395,66 @@ def test_faults_out_of_range_remote_error_and_dead_peer(cora_parts):
     assert "trainers0-1" in out["remote"] and "own" in out["remote"], out["remote"]
     assert "rank 1" in out["dead"] and out["dead_after_s"] < 30, out
     assert out["unretrieved"] == [], out["unretrieved"]  # every failure was retrieved
+
+
+def _pyg_interface_job(root: str, seeds: torch.Tensor, links: torch.Tensor, node_type,
+                       edge_type) -> Dict:
+    """PyG's sampler interface in original ids: nodes, links, and a bad id."""
+    from torch_geometric.sampler import EdgeSamplerInput, NodeSamplerInput
+
+    ctx, data = _stores(root)
+    try:
+        sampler = DistNeighborSampler(data, num_neighbors=[3, 2], current_ctx=ctx, seed=ctx.rank)
+        nodes = sampler.sample_from_nodes(NodeSamplerInput(torch.arange(seeds.numel()), seeds,
+                                                           input_type=node_type))
+        edges = sampler.sample_from_edges(EdgeSamplerInput(
+            torch.arange(links.size(1)), links[0], links[1], input_type=edge_type))
+        try:
+            sampler.sample_from_nodes(NodeSamplerInput(torch.arange(1), torch.tensor([10**9]),
+                                                       input_type=node_type))
+            error = ""
+        except ValueError as exc:
+            error = str(exc)
+        out = [{k: getattr(o, k) for k in ("node", "row", "col", "edge", "metadata")}
+               for o in (nodes, edges)]
+        return {"outputs": out, "error": error}
+    finally:
+        shutdown_rpc()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("graph,num_parts", [("cora", 2), ("hetero", 3)])
+def test_pyg_sampler_interface_speaks_original_ids(cora_parts, hetero_parts, graph, num_parts):
+    """``sample_from_nodes``/``sample_from_edges`` (what PyG's ``NodeLoader``/
+    ``LinkLoader`` call) take the dataset's node ids and return original node and edge
+    ids: every sampled edge is the original graph's edge of that id between those nodes,
+    seeds come first, and an id out of range is an error naming ``index.node``."""
+    data, roots = cora_parts if graph == "cora" else hetero_parts
+    nodes, edges = typed(data)
+    node_type = None if graph == "cora" else "paper"
+    edge_type = None if graph == "cora" else ("paper", "cites", "paper")
+    key = edge_type or HOMO_EDGE
+    g = torch.Generator().manual_seed(5)
+    num = nodes[node_type or HOMO_NODE]
+    seeds = torch.randperm(num, generator=g)[:12]
+    links = edges[key][:, torch.randperm(edges[key].size(1), generator=g)[:6]]
+    results = run_ranks(_pyg_interface_job, num_parts, str(roots[num_parts]), seeds, links,
+                        node_type, edge_type, timeout=150)
+    for res in results:
+        assert "index.node" in res["error"] and "1000000000" in res["error"], res["error"]
+        for i, out in enumerate(res["outputs"]):
+            node = out["node"] if isinstance(out["node"], dict) else {HOMO_NODE: out["node"]}
+            wrap = (lambda v: v) if isinstance(out["row"], dict) else (lambda v: {HOMO_EDGE: v})
+            row, col, edge = wrap(out["row"]), wrap(out["col"]), wrap(out["edge"])
+            sampled = 0
+            for et, eids in edge.items():
+                src, dst = node[et[0]][row[et]], node[et[2]][col[et]]
+                assert torch.equal(edges[et][:, eids], torch.stack([src, dst])), et
+                sampled += eids.numel()
+            assert sampled > 0
+            first = node[node_type or HOMO_NODE]
+            if i == 0:
+                assert torch.equal(first[:seeds.numel()], seeds)
+            else:  # the link's ends are among the sampled nodes, at edge_label_index
+                label_index = out["metadata"][1]
+                assert torch.equal(first[label_index], links)
