@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -131,7 +131,8 @@ def _run_plan(plan: Plan, features: rows.FeatureRows, graph: LocalGraphStore, ba
                 last[t] = scratch.node_rows(f"{prefix}.{k}.{t}", meta.node_book(t), width)
         where = f"{stage.name} ({k + 1}/{len(plan.stages)})"
         _run_stage(stage, last, inputs, batch_size, where, show,
-                   lambda: scratch.after_batch([*current.values(), *last.values()]))
+                   lambda: _after_batch(scratch, [*current.values(), *last.values()],
+                                        features))
         for t in last:  # every rank passed the barrier after its last read
             if t in current:
                 scratch.release(current.pop(t))
@@ -143,6 +144,14 @@ def _run_plan(plan: Plan, features: rows.FeatureRows, graph: LocalGraphStore, ba
     if plan.hetero:
         return last
     return last[meta.node_types[0]]
+
+
+def _after_batch(scratch: "rows.Scratch", tensors: List[DistTensor],
+                 features: rows.FeatureRows) -> None:
+    """What a batch leaves resident goes: mapped hidden states and the mapped feature
+    pages it read (memory per process bounded by a batch, not by the partition)."""
+    scratch.after_batch(tensors)
+    features.after_batch()
 
 
 def _run_stage(stage: Stage, outs: Dict[NodeType, DistTensor], inputs: Inputs,

@@ -198,6 +198,18 @@ class FeatureRows:
                                   timeout=self.group.ctx.rpc_timeout + 5)
         return got.nodes[node_type][self.x_attr].to(torch.float32)
 
+    def after_batch(self) -> None:
+        """Drops the feature pages this process mapped (its own partition's, and those
+        of same-machine partitions read directly) from its resident set, so a process
+        holds about one batch of them (see ``LocalFeatureStore.drop_pages``)."""
+        stores = [self.features]
+        if self.group is not None:
+            stores += [objects["features"] for objects in self.group.direct.values()]
+        for store in stores:
+            for node_type in self.widths:
+                if store.has(node_type, self.x_attr):
+                    store.drop_pages(node_type, self.x_attr)
+
 
 
 class Scratch:

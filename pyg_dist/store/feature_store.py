@@ -13,6 +13,7 @@ from pyg_dist.format import io, validate
 from pyg_dist.format.book import RangeBook
 from pyg_dist.format.manifest import check_files
 from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.madvise import MADV_DONTNEED, advise
 from pyg_dist.store.ids import OwnedIds, PartitionIds
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_key
@@ -80,6 +81,7 @@ class LocalFeatureStore(FeatureStore):
         self.source: Optional[PartitionSource] = None
         #: ``(group, attribute)`` still exactly as mapped from the files (never written)
         self.from_file: Set[Tuple[Group, str]] = set()
+        self._file_versions: Dict[Tuple[Group, str], int] = {}  # in-place write counters
         self._sealed: Optional[str] = None
         #: original ids of the owned nodes and edges (read on first use; a store built
         #: in memory has ids that were never relabelled)
@@ -135,6 +137,7 @@ class LocalFeatureStore(FeatureStore):
             source.check_unchanged()  # the files mapped are the ones identified
             store.source = source
             store.from_file = {(g, a) for g, attrs in store._tensors.items() for a in attrs}
+            store._note_versions()
             advise_rows(t for attrs in store._tensors.values() for t in attrs.values())
         return store
 
@@ -164,7 +167,12 @@ class LocalFeatureStore(FeatureStore):
             mapped = {**nodes, **edges}
             for group, attr in self.from_file:
                 self._tensors[group][attr] = mapped[group][attr]
+            self._note_versions()
             advise_rows(self._tensors[g][a] for g, a in self.from_file)
+
+    def _note_versions(self) -> None:
+        """Remembers the in-place write counter of every mapped attribute as opened."""
+        self._file_versions = {(g, a): self._tensors[g][a]._version for g, a in self.from_file}
 
     # ---- resolving names -----------------------------------------------------------
     def resolve(self, group_name: Optional[Group], attr_name: Optional[str] = None) -> Group:
@@ -199,6 +207,21 @@ class LocalFeatureStore(FeatureStore):
         used by pyg_dist's samplers and loaders). PyG's ``get_tensor`` takes original
         ids instead."""
         return self.tensor(group, attr_name).index_select(0, self._local_rows(group, ids))
+
+    def drop_pages(self, group: Group, attr_name: str) -> bool:
+        """Drops this process's resident pages of an attribute mapped from its file and
+        never written since (``madvise(MADV_DONTNEED)``): they stay in the page cache and
+        fault back in when read. For readers that sweep a whole attribute once (layer-wise
+        inference reads every feature row in its first layer). Returns whether it did:
+        not for attributes in memory, put, or written in place (a private mapping's
+        written pages would be lost)."""
+        if (group, attr_name) not in self.from_file:
+            return False
+        tensor = self.tensor(group, attr_name)
+        if tensor._version != self._file_versions.get((group, attr_name)):
+            return False  # written in place: those pages exist only here
+        return advise(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
+                      MADV_DONTNEED)
 
     def _local_rows(self, group: Group, ids: Tensor) -> Tensor:
         """Rows of owned relabelled ids."""

@@ -172,3 +172,37 @@ def test_processes_on_one_partition_share_one_copy(big_part: Path, world: int) -
     # private loads: one copy each; mapped: about one copy in all (shared page cache)
     assert grown[False] > 0.8 * world * feature_mb, grown
     assert grown[True] < 1.5 * feature_mb, grown
+
+
+def _resident_kb(ptr: int) -> int:
+    """Resident kB of the mapping of this process holding address ``ptr``."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= ptr < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the address")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc smaps")
+def test_drop_pages_leaves_the_resident_set_and_keeps_the_values(big_part: Path) -> None:
+    """A mapped attribute never written: its pages leave the process (they fault back in
+    from the file when read, same values). Written in place, in memory or put: kept."""
+    store = LocalFeatureStore.from_partition(big_part, 0)
+    x = store.tensor("_N", "x")
+    before = x.sum(dtype=torch.float64)  # touches every page
+    resident = _resident_kb(x.data_ptr())
+    assert resident * 1024 > 0.9 * x.numel() * 4
+    assert store.drop_pages("_N", "x")
+    assert _resident_kb(x.data_ptr()) * 1024 < 0.05 * x.numel() * 4
+    assert torch.equal(x.sum(dtype=torch.float64), before)
+
+    x[0, 0] += 1.0  # a private copy of that page now exists only in this process
+    assert not store.drop_pages("_N", "x")
+    assert float(x[0, 0]) == float(store.tensor("_N", "x")[0, 0])
+    private = LocalFeatureStore.from_partition(big_part, 0, mmap=False)
+    assert not private.drop_pages("_N", "x")
