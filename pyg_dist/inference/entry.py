@@ -19,8 +19,10 @@ def infer(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphStore
     Without ``num_neighbors``: exact, one layer at a time (:func:`layerwise`: equals
     full-batch ``model(x, edge_index)``, or a ``to_hetero`` model's ``model(x_dict,
     edge_index_dict)`` on a heterogeneous graph); with it: on sampled neighbourhoods,
-    every node exactly once (:func:`sampled`, for homogeneous models that cannot be
-    split into layers).
+    every node exactly once (:func:`sampled`, for models that cannot be split into
+    layers: ``model(batch.x, batch.edge_index)``, or ``model(batch.x_dict,
+    batch.edge_index_dict)`` on a heterogeneous graph, one loader per output node
+    type; its ``node_types`` option picks the types).
 
     Args:
         model (torch.nn.Module): the trained model.

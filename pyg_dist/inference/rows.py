@@ -129,10 +129,12 @@ def release(tensor: DistTensor) -> None:
         tensor.local_data.set_()
 
 
-def seeds_of(features: object, start: int, stop: int) -> Tensor:
-    """Loader seeds for the nodes of relabelled ids ``[start, stop)``: loaders take the
-    dataset's original ids, which the partition's id table gives."""
-    node_type = features.meta.node_types[0]
+def seeds_of(features: object, start: int, stop: int,
+             node_type: Optional[NodeType] = None) -> Tensor:
+    """Loader seeds for the nodes of ``node_type`` (``None``: the homogeneous graph's
+    one type) of relabelled ids ``[start, stop)``: loaders take the dataset's original
+    ids, which the partition's id table gives."""
+    node_type = features.meta.node_types[0] if node_type is None else node_type
     return features.id_tables.to_original("node", node_type, torch.arange(start, stop))
 
 

@@ -1,6 +1,7 @@
 """Models and reference outputs shared by the inference tests."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
@@ -9,6 +10,7 @@ from torch_geometric.nn import GATConv, GraphConv, HeteroConv, SAGEConv, to_hete
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
 from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.format.id_maps import read_id_map
 from pyg_dist.inference import LayerwiseSpec
 
 MODELS: List[Tuple[str, type, dict]] = [
@@ -115,3 +117,12 @@ def hetero_references(data: HeteroData, names: List[str]) -> Dict[str, Dict[str,
     with torch.no_grad():
         return {n: build_hetero(n, data.metadata())(data.x_dict, data.edge_index_dict)
                 for n in names}
+
+
+def hetero_expected(data: HeteroData, root: Path, names: List[str]
+                    ) -> Dict[str, Dict[str, torch.Tensor]]:
+    """:func:`hetero_references` by relabelled id of the partitioning in ``root`` (the
+    rows inference returns)."""
+    id_map = read_id_map(root)
+    return {n: {t: ref[id_map[t]] for t, ref in refs.items()}
+            for n, refs in hetero_references(data, names).items()}

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch_geometric.nn import SAGEConv, to_hetero
 
-from infer_models import HETERO, build_hetero, hetero_references
+from infer_models import HETERO, build_hetero, hetero_expected
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
 from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
 from pyg_dist.inference import NotLayerwiseError, layerwise, rows
 from pyg_dist.testing import run_ranks
 
@@ -36,17 +35,10 @@ def hetero1(hetero_graph, tmp_path_factory):
     return hetero_graph, root
 
 
-def _expected(data, root: Path, names: List[str]) -> Dict[str, Dict[str, torch.Tensor]]:
-    """References by relabelled id (the rows ``layerwise`` returns)."""
-    id_map = read_id_map(root)
-    return {n: {t: ref[id_map[t]] for t, ref in refs.items()}
-            for n, refs in hetero_references(data, names).items()}
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_one_process_equals_full_batch(hetero1, name):
     data, root = hetero1
-    expected = _expected(data, root, [name])[name]
+    expected = hetero_expected(data, root, [name])[name]
     model = build_hetero(name, data.metadata()).train()
     out = layerwise(model, _stores(root), batch_size=700, progress=False)
     assert model.training
@@ -58,7 +50,7 @@ def test_one_process_equals_full_batch(hetero1, name):
 
 def test_mapped_scratch_equals_memory(hetero1, tmp_path):
     data, root = hetero1
-    expected = _expected(data, root, ["sage_res"])["sage_res"]
+    expected = hetero_expected(data, root, ["sage_res"])["sage_res"]
     out = layerwise(build_hetero("sage_res", data.metadata()), _stores(root), batch_size=999,
                     progress=False, scratch_dir=tmp_path)
     for node_type, ref in expected.items():
@@ -124,6 +116,6 @@ def _check(results, expected) -> None:
 def test_partitions_equal_full_batch(hetero_graph, tmp_path, parts, world, mmap, direct, names):
     """(1, 2): two ranks share one partition and split the nodes of every type."""
     Partitioner(hetero_graph, parts, tmp_path, seed=0, progress=False).generate()
-    expected = _expected(hetero_graph, tmp_path, names)
+    expected = hetero_expected(hetero_graph, tmp_path, names)
     results = run_ranks(_job, world, str(tmp_path), names, 333, mmap, direct, timeout=360)
     _check(results, expected)
