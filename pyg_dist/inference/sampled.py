@@ -23,7 +23,6 @@ from torch import Tensor
 from pyg_dist.embedding import DistTensor
 from pyg_dist.embedding.comm import Comm
 from pyg_dist.embedding.layout import rank_offsets
-from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.inference import rows
 from pyg_dist.inference.sampled_types import (count_fetches, output_types, seed_rows,
                                                 seeds_store)
@@ -73,8 +72,8 @@ def sampled(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphSto
         model (torch.nn.Module): called as ``model(batch.x, batch.edge_index)``; the
             first ``batch.batch_size`` rows of its output are the seeds' rows. On a
             heterogeneous graph called as ``model(batch.x_dict, batch.edge_index_dict)``
-            (a ``to_hetero`` model; a node type with features but no node in the batch
-            gets an empty ``x``) and returning a dict by node type; the seeds of type
+            (a ``to_hetero`` model; as in PyG's loaders, a node type with no node in
+            the batch has empty attributes) and returning a dict by node type; the seeds of type
             ``t`` are the first ``batch[t].batch_size`` rows of ``out[t]``. Run in
             eval mode (restored afterwards), without autograd.
         data (tuple): ``(LocalFeatureStore, LocalGraphStore)`` of this rank's partition.
@@ -158,7 +157,7 @@ def _run(model: torch.nn.Module, loader: DistNeighborLoader, target: _Target,
     node_type = target.node_type
     batches = iter(track(loader, label, enabled=show, unit="batches",
                          count=("seeds", lambda b: int(seeds_store(b, node_type).batch_size))))
-    first = _first(model, batches, target, graph.meta, label)
+    first = _first(model, batches, target, label)
     width = _agree_width(first, target, label)
     if width is None:
         return None
@@ -177,7 +176,7 @@ def _run(model: torch.nn.Module, loader: DistNeighborLoader, target: _Target,
             rows.write_rows(out, seeds, y)
             done.index_add_(0, seeds.cpu() - start, torch.ones(seeds.numel(), dtype=torch.long))
             batch = next(batches, None)
-            y = seed_rows(model, batch, node_type, graph.meta) if batch is not None else None
+            y = seed_rows(model, batch, node_type) if batch is not None else None
         if not bool((done == 1).all()):
             raise RuntimeError(f"{label} computed {int((done == 0).sum())} node(s) never "
                                f"and {int((done > 1).sum())} more than once")
@@ -188,15 +187,15 @@ def _run(model: torch.nn.Module, loader: DistNeighborLoader, target: _Target,
     return out
 
 
-def _first(model: torch.nn.Module, batches: Iterator, target: _Target, meta: PartitionMeta,
-           label: str) -> Tuple[object, Optional[Tensor]]:
+def _first(model: torch.nn.Module, batches: Iterator, target: _Target, label: str
+           ) -> Tuple[object, Optional[Tensor]]:
     """The first batch and its seed rows (``(None, None)``: no batch); a failure is
     reported on every rank."""
     error: Optional[BaseException] = None
     batch, y = None, None
     try:
         batch = next(batches, None)
-        y = seed_rows(model, batch, target.node_type, meta) if batch is not None else None
+        y = seed_rows(model, batch, target.node_type) if batch is not None else None
     except Exception as exc:  # re-raised by agree, and reported to every other rank
         error = exc
     Comm.current().agree(error, label)

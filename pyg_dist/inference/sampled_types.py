@@ -13,8 +13,6 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.format.schema import DTYPES
 from pyg_dist.inference import rows
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.typing import NodeType
@@ -53,8 +51,8 @@ def output_types(graph: LocalGraphStore,
     return list(node_types)
 
 
-def seed_rows(model: torch.nn.Module, batch: object, node_type: Optional[NodeType],
-              meta: PartitionMeta) -> Optional[Tensor]:
+def seed_rows(model: torch.nn.Module, batch: object, node_type: Optional[NodeType]
+              ) -> Optional[Tensor]:
     """The seeds' float32 output rows on the CPU; ``None`` where a heterogeneous model's
     output has no entry for ``node_type``.
 
@@ -64,26 +62,13 @@ def seed_rows(model: torch.nn.Module, batch: object, node_type: Optional[NodeTyp
     if node_type is None:
         y = model(batch.x, batch.edge_index)[:batch.batch_size]
         return y.to("cpu", torch.float32)
-    out = model(x_dict(batch, meta), batch.edge_index_dict)
+    out = model(batch.x_dict, batch.edge_index_dict)
     if not isinstance(out, dict):
         raise TypeError(f"on a heterogeneous graph the model must return a dict by node "
                         f"type, got {type(out).__name__}")
     if node_type not in out:
         return None
     return out[node_type][:batch[node_type].batch_size].to("cpu", torch.float32)
-
-
-def x_dict(batch: object, meta: PartitionMeta) -> Dict[NodeType, Tensor]:
-    """``batch.x_dict``, with an empty ``x`` for every node type that has features but
-    no node in the batch (as PyG's ``NeighborLoader`` gives it)."""
-    out = dict(batch.x_dict)
-    device = next((x.device for x in out.values()), None)
-    for node_type in meta.node_types:
-        spec = meta.node_attrs.get(node_type, {}).get("x")
-        if node_type not in out and spec is not None:
-            out[node_type] = torch.empty((0, *spec.shape), dtype=DTYPES[spec.dtype],
-                                         device=device)
-    return out
 
 
 def seeds_store(batch: object, node_type: Optional[NodeType]) -> object:

@@ -207,14 +207,21 @@ class FeatureFetcher:
         return self._attr_layout("nodes", node_type, attr)
 
     async def fetch(self, nodes: Dict[NodeType, Tensor], edges: Dict[EdgeType, Tensor],
-                    unique: bool = True, wire: bool = True) -> FeatureResponse:
+                    unique: bool = True, wire: bool = True,
+                    every_type: bool = False) -> FeatureResponse:
         """Attributes of ``nodes``/``edges`` (global ids), rows in the given order.
 
         Args:
             unique: deduplicate ids before fetching (needed when ids may repeat).
             wire: let peers send the attributes of ``wire_dtype`` in that type (``False``:
                 every row exactly as stored).
+            every_type: also answer, with zero rows, the types not asked (as PyG's
+                loaders give every attribute of a type nothing was sampled of).
         """
+        if every_type:
+            none = torch.empty(0, dtype=torch.long)
+            nodes = {**{t: none for t in self.node_attrs}, **nodes}
+            edges = {**{t: none for t in self.edge_attrs}, **edges}
         jobs = [self._job("nodes", t, ids, unique) for t, ids in nodes.items()
                 if self.node_attrs.get(t)]
         jobs += [self._job("edges", t, ids, unique) for t, ids in edges.items()

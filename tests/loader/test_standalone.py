@@ -209,3 +209,28 @@ def test_input_time_must_be_a_tensor(cora1):
     _, stores, ctx = cora1
     with pytest.raises(TypeError, match="input_time must be a tensor"):
         DistNeighborLoader(data=stores, num_neighbors=[2], input_time=[1, 2], current_ctx=ctx)
+
+
+def test_a_type_nothing_was_sampled_of_has_empty_attributes(tmp_path):
+    """As PyG's ``NeighborLoader``: every node type has its attributes in a batch, with
+    zero rows when no node of it was sampled, and every edge type its edge attributes
+    (here: institutions are never reached from papers in one hop)."""
+    from pyg_dist.datasets.synthetic import hetero_community_graph
+
+    data = hetero_community_graph(60, avg_degree=3, feat_dim=5, seed=2)
+    Partitioner(data, 1, tmp_path, progress=False).generate()
+    stores = (LocalFeatureStore.from_partition(tmp_path, 0),
+              LocalGraphStore.from_partition(tmp_path, 0))
+    loader = DistNeighborLoader(data=stores, num_neighbors=[2], batch_size=8,
+                                input_nodes=("paper", torch.arange(8)),
+                                current_ctx=DistContext(rank=0, world_size=1))
+    batch = next(iter(loader))
+    assert batch["institution"].num_nodes == 0
+    x = batch["institution"].x
+    assert x.shape == (0, data["institution"].x.size(1)) and x.dtype == data["institution"].x.dtype
+    employs = batch["institution", "employs", "author"]
+    assert employs.edge_index.shape == (2, 0)
+    writes = batch["author", "writes", "paper"]
+    assert writes.edge_attr.size(1) == data["author", "writes", "paper"].edge_attr.size(1)
+    assert "x" in batch["author"] and batch["author"].x.size(0) == batch["author"].num_nodes
+    loader.close()
