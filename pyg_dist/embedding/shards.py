@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -31,6 +31,8 @@ class Shard:
         dtype (torch.dtype): element type.
         layout (ShardLayout): which rank owns which rows.
         data (Tensor): this rank's rows ``[layout.start, layout.stop)``.
+        after_read (callable, optional): called with :attr:`data` after every read,
+            under the lock (e.g. to drop the pages of a mapped file read for a peer).
     """
     name: str
     shape: torch.Size
@@ -38,6 +40,7 @@ class Shard:
     layout: ShardLayout
     data: Tensor
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    after_read: Optional[Callable[[Tensor], None]] = field(default=None, repr=False)
 
     def local_rows(self, ids: Tensor) -> Tensor:
         """Positions in :attr:`data` of global ``ids`` this rank owns.
@@ -56,7 +59,10 @@ class Shard:
         """Rows for global ``ids`` owned by this rank (a copy)."""
         rows = self.local_rows(ids)
         with self.lock:
-            return self.data.index_select(0, rows)
+            out = self.data.index_select(0, rows)
+            if self.after_read is not None:
+                self.after_read(self.data)
+            return out
 
     def write(self, ids: Tensor, values: Tensor) -> None:
         """Overwrites rows for global ``ids`` owned by this rank."""

@@ -169,6 +169,12 @@ class DistTensor:
         """This rank's rows (the stored tensor itself, not a copy)."""
         return self._shard.data
 
+    def on_read(self, fn: Optional[Callable[[Tensor], None]]) -> None:
+        """Calls ``fn(local_data)`` after every read of this rank's rows, its own or a
+        peer's, under :attr:`lock` (``None``: nothing). Layer-wise inference drops the
+        pages of mapped hidden states this way, also while it serves peers' reads."""
+        self._shard.after_read = fn
+
     @property
     def lock(self) -> Any:
         """Held while this rank's rows are read or written."""

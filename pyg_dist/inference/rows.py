@@ -214,12 +214,19 @@ class FeatureRows:
 
 
 
+def _drop_pages(data: Tensor) -> None:
+    """Drops the pages of a shared file mapping from this process (they stay in the
+    page cache, or on disk: nothing is lost, unlike a private mapping's)."""
+    advise(data.data_ptr(), data.numel() * data.element_size(), MADV_DONTNEED, inward=False)
+
+
 class Scratch:
     """Where the hidden states of one inference run live: in memory, or in files mapped
     from ``folder`` (for hidden states larger than memory: the kernel writes their pages
     back and drops them instead of running out of memory). A file is unlinked as soon as
     it is mapped, so nothing is left behind, even by a killed process. After every
-    batch (:meth:`after_batch`) the mapped pages leave this process's resident set
+    batch (:meth:`after_batch`), and after every read a peer makes while this rank
+    waits for it, the mapped pages leave this process's resident set
     (``madvise(MADV_DONTNEED)``: they stay in the page cache, or on disk, and fault back
     in when read), so a process holds about one batch of hidden states.
 
@@ -250,6 +257,7 @@ class Scratch:
 
         tensor = DistTensor((book.total, dim), dtype=torch.float32, name=name, partition=book,
                             init_func=mapped)
+        tensor.on_read(_drop_pages)  # also the pages a peer's read brought in
         self.mapped.add(tensor.name)
         return tensor
 
@@ -258,8 +266,7 @@ class Scratch:
         for tensor in tensors:
             if tensor.name in self.mapped:
                 with tensor.lock:
-                    data = tensor.local_data
-                    advise(data.data_ptr(), data.numel() * 4, MADV_DONTNEED, inward=False)
+                    _drop_pages(tensor.local_data)
 
     def release(self, tensor: DistTensor) -> None:
         """Frees (or unmaps) this rank's rows of an intermediate tensor nobody reads any

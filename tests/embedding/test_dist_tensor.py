@@ -81,3 +81,19 @@ def test_bad_input_gets_clear_errors() -> None:
         DistTensor((4, 2), name="tensor_init", init_func=lambda s, d: torch.zeros(3))
     with pytest.raises(ValueError, match="no negative sizes"):
         DistTensor((-1, 2))
+
+
+def test_on_read_runs_after_every_read_under_the_lock() -> None:
+    """``on_read`` (how inference drops mapped hidden-state pages, also after serving a
+    peer's read) sees this rank's rows after each read, with the lock held; ``None``
+    stops it."""
+    t = DistTensor((6, 2), torch.float32, name="tensor_on_read")
+    t[torch.arange(6)] = torch.arange(12, dtype=torch.float32).view(6, 2)
+    seen = []
+    t.on_read(lambda data: seen.append((data.data_ptr(), t.lock.locked())))
+    rows = t[torch.tensor([4, 1])]
+    assert torch.equal(rows, torch.tensor([[8.0, 9.0], [2.0, 3.0]]))
+    assert seen == [(t.local_data.data_ptr(), True)]
+    t.on_read(None)
+    t[torch.tensor([0])]
+    assert len(seen) == 1
