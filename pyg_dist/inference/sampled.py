@@ -73,8 +73,8 @@ def sampled(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphSto
             first ``batch.batch_size`` rows of its output are the seeds' rows. On a
             heterogeneous graph called as ``model(batch.x_dict, batch.edge_index_dict)``
             (a ``to_hetero`` model; as in PyG's loaders, a node type with no node in
-            the batch has empty attributes) and returning a dict by node type; the seeds of type
-            ``t`` are the first ``batch[t].batch_size`` rows of ``out[t]``. Run in
+            the batch has empty attributes) and returning a dict by node type; the
+            seeds of type ``t`` are the first ``batch[t].batch_size`` rows of ``out[t]``. Run in
             eval mode (restored afterwards), without autograd.
         data (tuple): ``(LocalFeatureStore, LocalGraphStore)`` of this rank's partition.
         num_neighbors (List[int]): neighbours sampled per hop, as for the loader.
@@ -117,15 +117,22 @@ def sampled(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphSto
     try:
         if not graph.is_hetero:
             return _one_type(model, (features, graph), None, prefix, opts, True)
-        out = {}
-        for node_type in types:
-            result = _one_type(model, (features, graph), node_type, f"{prefix}.{node_type}",
-                               opts, node_types is not None)
-            if result is not None:
-                out[node_type] = result
-        return out
+        return _every_type(model, (features, graph), types, prefix, opts,
+                           node_types is not None)
     finally:
         model.train(was_training)
+
+
+def _every_type(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphStore],
+                types: List[NodeType], prefix: str, opts: "_Options", asked: bool
+                ) -> Dict[NodeType, DistTensor]:
+    """One loader per node type, in order on every rank; the types the model outputs."""
+    out = {}
+    for node_type in types:
+        result = _one_type(model, data, node_type, f"{prefix}.{node_type}", opts, asked)
+        if result is not None:
+            out[node_type] = result
+    return out
 
 
 def _one_type(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphStore],

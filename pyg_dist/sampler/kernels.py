@@ -333,33 +333,6 @@ def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
 _NP_INT = {torch.int64: np.int64, torch.int32: np.int32}
 
 
-@numba.njit(**_JIT)
-def _take(values, pos):
-    """``values[pos]``, prefetching ahead (positions checked by :func:`take`)."""
-    n = pos.shape[0]
-    out = np.empty(n, dtype=values.dtype)
-    for j in range(n):
-        if j + PREFETCH_AHEAD < n:
-            prefetch(values, pos[j + PREFETCH_AHEAD])
-        out[j] = values[pos[j]]
-    return out
-
-
-def take(values: Tensor, pos: Tensor) -> Tensor:
-    """``values[pos]`` of a 1-D int64 tensor (e.g. the original ids of sampled edges,
-    read at the CSC positions just drawn), gathered with prefetching.
-
-    Raises:
-        IndexError: if a position lies outside ``values`` (the kernel never does).
-    """
-    if pos.numel() == 0:
-        return torch.empty(0, dtype=values.dtype)
-    lo, hi = (int(v) for v in torch.aminmax(pos))
-    if lo < 0 or hi >= values.numel():
-        raise IndexError(f"positions [{lo}, {hi}] outside [0, {values.numel()})")
-    return torch.from_numpy(_take(_np(values.view(-1), np.int64), _np(pos, np.int64)))
-
-
 def _np(t: Tensor, dtype: type) -> np.ndarray:
     return t.detach().contiguous().numpy().astype(dtype, copy=False)
 

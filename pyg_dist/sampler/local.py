@@ -16,7 +16,8 @@ from pyg_dist.format.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.store.ids import PartIds
-from pyg_dist.sampler.kernels import sample_one_hop, take
+from pyg_dist.sampler.kernels import sample_one_hop
+from pyg_dist.sampler.rows import take
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore

@@ -85,6 +85,33 @@ def place_cast(out: Tensor, out_rows: Rows, src: Tensor) -> None:
     return place(out, out_rows, src.to(out.dtype), None)
 
 
+@numba.njit(**_JIT)
+def _take(values, pos):
+    """``values[pos]``, prefetching ahead (positions checked by :func:`take`)."""
+    n = pos.shape[0]
+    out = np.empty(n, dtype=values.dtype)
+    for j in range(n):
+        if j + PREFETCH_AHEAD < n:
+            prefetch(values, pos[j + PREFETCH_AHEAD])
+        out[j] = values[pos[j]]
+    return out
+
+
+def take(values: Tensor, pos: Tensor) -> Tensor:
+    """``values[pos]`` of a 1-D int64 tensor (e.g. the original ids of sampled edges,
+    read at the CSC positions just drawn), gathered with prefetching.
+
+    Raises:
+        IndexError: if a position lies outside ``values`` (the kernel never does).
+    """
+    if pos.numel() == 0:
+        return torch.empty(0, dtype=values.dtype)
+    lo, hi = (int(v) for v in torch.aminmax(pos))
+    if lo < 0 or hi >= values.numel():
+        raise IndexError(f"positions [{lo}, {hi}] outside [0, {values.numel()})")
+    return torch.from_numpy(_take(_index_array(values.view(-1)), _index_array(pos)))
+
+
 def _index_array(rows: Tensor) -> np.ndarray:
     return rows.detach().contiguous().numpy().astype(np.int64, copy=False)
 

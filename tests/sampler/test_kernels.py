@@ -247,7 +247,7 @@ def test_top_k_ranks_like_a_stable_sort():
 
 
 def test_take_gathers_and_refuses_positions_outside():
-    from pyg_dist.sampler.kernels import take
+    from pyg_dist.sampler.rows import take
 
     values = torch.arange(100, 200)
     pos = torch.tensor([5, 0, 99, 5, 42])
