@@ -30,7 +30,7 @@ from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
 from pyg_dist.sampler.checks import RowLayout, check_feature_response
 from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.sampler.kernels import empty_large
+from pyg_dist.madvise import empty_large
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.node_index import NodeIndex
 from pyg_dist.sampler.rows import Rows, place, place_cast

@@ -25,7 +25,7 @@ reproducible for a given ``rng_seed`` whatever thread runs the kernel.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numba
 import numpy as np
@@ -36,39 +36,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch import Tensor
 
-from pyg_dist.madvise import MADV_HUGEPAGE, advise
-from pyg_dist.sampler.checks import check_csc, check_sample_args
+from pyg_dist.sampler.checks import check_csc, check_edge_values, check_sample_args
 
 _JIT = dict(cache=True, nogil=True)
 _FLOYD_MAX = 64  # above this fan-out, partial Fisher-Yates (O(degree)) beats O(k^2) Floyd
-_HUGE_MIN_BYTES = 4 << 20
-
-
-def advise_huge_pages(ptr: int, nbytes: int) -> None:
-    """Asks Linux to back ``[ptr, ptr + nbytes)`` with transparent huge pages.
-
-    Large buffers are freshly mapped by the allocator, and faulting them in 4 KiB at
-    a time dominates filling them (by ~8x on virtual machines). A hint only: call it
-    before the memory is first touched; nothing happens elsewhere, on small buffers,
-    or where transparent huge pages are disabled.
-    """
-    if nbytes >= _HUGE_MIN_BYTES:
-        advise(ptr, nbytes, MADV_HUGEPAGE)
-
-
-def empty_large(shape: Sequence[int], dtype: torch.dtype) -> Tensor:
-    """``torch.empty`` for large outputs, backed by huge pages where possible."""
-    out = torch.empty(tuple(shape), dtype=dtype)
-    advise_huge_pages(out.data_ptr(), out.numel() * out.element_size())
-    return out
-
-
-def full_large(size: int, value: int, dtype: type = np.int64) -> np.ndarray:
-    """``np.full`` for large arrays, backed by huge pages where possible."""
-    out = np.empty(size, dtype=dtype)
-    advise_huge_pages(out.ctypes.data, out.nbytes)
-    out.fill(value)
-    return out
 
 
 PREFETCH_AHEAD = 16  # loop iterations between a prefetch and the access it serves
@@ -174,9 +145,11 @@ def _rows_of(indptr, seeds, fanout, replace):
 
 
 @numba.njit(**_JIT)
-def _uniform_sample(indptr, indices, seeds, fanout, replace, seed):
+def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values):
     """Uniform sampling as three tight passes (rows, positions, neighbours): within a
-    pass the memory accesses are independent, so their cache misses overlap."""
+    pass the memory accesses are independent, so their cache misses overlap. A
+    non-empty ``values`` (one per stored edge) is read at the drawn positions in the
+    neighbours' pass (returned last; empty otherwise)."""
     start, deg, counts = _rows_of(indptr, seeds, fanout, replace)
     total = 0
     for i in range(counts.shape[0]):
@@ -202,11 +175,17 @@ def _uniform_sample(indptr, indices, seeds, fanout, replace, seed):
             st = _fisher_yates(st, d, k, scratch, pos, at, a)
         at += k
     nbrs = np.empty(total, dtype=indices.dtype)
+    gather = values.shape[0] > 0
+    got = np.empty(total if gather else 0, dtype=values.dtype)
     for j in range(total):
         if j + PREFETCH_AHEAD < total:
             prefetch(indices, pos[j + PREFETCH_AHEAD])
+            if gather:
+                prefetch(values, pos[j + PREFETCH_AHEAD])
         nbrs[j] = indices[pos[j]]
-    return counts, nbrs, pos
+        if gather:
+            got[j] = values[pos[j]]
+    return counts, nbrs, pos, got
 
 
 @numba.njit(**_JIT)
@@ -331,16 +310,27 @@ def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
 
 
 _NP_INT = {torch.int64: np.int64, torch.int32: np.int32}
+_NO_VALUES = np.empty(0, dtype=np.int64)
 
 
 def _np(t: Tensor, dtype: type) -> np.ndarray:
     return t.detach().contiguous().numpy().astype(dtype, copy=False)
 
 
+class SampledHop(NamedTuple):
+    """Neighbours drawn per seed, their global ids, the drawn edges' CSC positions
+    (grouped by seed, in seed order) and ``edge_values`` there (``None``: not asked)."""
+    counts: Tensor
+    nbrs: Tensor
+    pos: Tensor
+    values: Optional[Tensor] = None
+
+
 def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
                    replace: bool, rng_seed: int, weights: Optional[Tensor] = None,
                    edge_time: Optional[Tensor] = None, seed_time: Optional[Tensor] = None,
-                   temporal_strategy: str = "uniform") -> Tuple[Tensor, Tensor, Tensor]:
+                   temporal_strategy: str = "uniform",
+                   edge_values: Optional[Tensor] = None) -> SampledHop:
     """Samples in-neighbours of local destination rows ``seeds``.
 
     Args:
@@ -355,20 +345,26 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
         edge_time (Tensor, optional): per-edge time; needs ``seed_time``.
         seed_time (Tensor, optional): time of every seed; edges newer are skipped.
         temporal_strategy (str): ``"uniform"`` or ``"last"``.
+        edge_values (Tensor, optional): one int64 per stored edge (e.g. original ids),
+            read at the drawn positions in the neighbours' pass (misses overlap).
 
     Returns:
-        ``(counts, nbrs, pos)``: neighbours drawn per seed, their global ids, and
-        the CSC positions of the drawn edges (grouped by seed, in seed order).
+        :class:`SampledHop`.
     """
     check_csc(indptr, indices)
     check_sample_args(indptr.numel() - 1, indices.numel(), seeds, fanout, weights, edge_time,
                       seed_time, temporal_strategy)
+    check_edge_values(edge_values, indices.numel())
     ip, sd = _np(indptr, np.int64), _np(seeds, np.int64)
     seed = np.uint64(int(rng_seed) & 0xFFFFFFFFFFFFFFFF)  # one kernel signature for any seed
     if weights is None and edge_time is None:
         idx = _np(indices, _NP_INT[indices.dtype])
-        counts, nbrs, pos = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed)
-        return torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos)
+        values = _np(edge_values, np.int64) if edge_values is not None and indices.numel() \
+            else _NO_VALUES
+        counts, nbrs, pos, got = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed,
+                                                 values)
+        return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
+                          torch.from_numpy(got) if edge_values is not None else None)
     use_time, use_weight = edge_time is not None, weights is not None
     times = _np(edge_time.reshape(-1), np.int64) if use_time else np.empty(0, np.int64)
     st = _np(seed_time.reshape(-1), np.int64) if use_time else np.empty(0, np.int64)
@@ -376,4 +372,5 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
     counts, pos = _filtered_fill(ip, sd, int(fanout), bool(replace), seed, times, st, w,
                                  use_time, use_weight, use_time and temporal_strategy == "last")
     pos_t = torch.from_numpy(pos)
-    return torch.from_numpy(counts), indices[pos_t], pos_t
+    return SampledHop(torch.from_numpy(counts), indices[pos_t], pos_t,
+                      edge_values[pos_t] if edge_values is not None else None)

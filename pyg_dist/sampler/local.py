@@ -16,8 +16,7 @@ from pyg_dist.format.schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.store.ids import PartIds
-from pyg_dist.sampler.kernels import sample_one_hop
-from pyg_dist.sampler.rows import take
+from pyg_dist.sampler.kernels import SampledHop, sample_one_hop
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -71,30 +70,27 @@ class LocalSampler:
                              f"{len(request.seed_time)} seed time lists")
         out = HopResponse([], [], [])
         for i, edge_type in enumerate(request.edge_types):
-            c, n, e = self.sample(edge_type, request.seeds[i], request.fanouts[i],
-                                  request.replace, request.rng_seed + i,
-                                  request.seed_time[i], request.time_attr,
-                                  request.temporal_strategy, request.weight_attr)
-            out.counts.append(c), out.nbrs.append(n), out.eids.append(e)
+            hop = self.sample(edge_type, request.seeds[i], request.fanouts[i],
+                              request.replace, request.rng_seed + i,
+                              request.seed_time[i], request.time_attr,
+                              request.temporal_strategy, request.weight_attr,
+                              original_eids=request.original_eids)
+            out.counts.append(hop.counts), out.nbrs.append(hop.nbrs), out.eids.append(hop.pos)
             if request.original_eids:
-                out.original_eids.append(self.original_edges(edge_type, e))
+                out.original_eids.append(hop.values)
         return out
-
-    def original_edges(self, edge_type: EdgeType, eids: Tensor) -> Tensor:
-        """Original ids of edges just sampled here (global ids ``eids``), read at their
-        CSC positions in the mapped ``edge_ids.pt``."""
-        csc = self.graph.csc_by_type[edge_type]
-        return take(self.ids.table("edge", edge_type), eids - csc.edge_offset)
 
     def sample(self, edge_type: EdgeType, seeds: Tensor, fanout: int, replace: bool,
                rng_seed: int, seed_time: Optional[Tensor] = None,
                time_attr: Optional[str] = None, strategy: str = "uniform",
-               weight_attr: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
+               weight_attr: Optional[str] = None, original_eids: bool = False) -> SampledHop:
         """Neighbours of owned global ``seeds`` over ``edge_type``.
 
         Returns:
-            ``(counts, nbrs, eids)``: neighbours per seed, their global ids and the
-            global ids of the sampled edges.
+            :class:`~pyg_dist.sampler.kernels.SampledHop` with ``pos`` the global ids
+            of the sampled edges and, with ``original_eids``, ``values`` their original
+            ids (read at their CSC positions in the mapped ``edge_ids.pt`` as they are
+            drawn).
         """
         csc = self.graph.csc_by_type[edge_type]
         local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)
@@ -102,12 +98,12 @@ class LocalSampler:
         edge_time = self.edge_time(edge_type, time_attr) if time_attr else None
         if edge_time is None:
             seed_time = None
-        counts, nbrs, pos = sample_one_hop(
+        hop = sample_one_hop(
             csc.indptr, csc.indices, local, fanout, replace, rng_seed, weights=weights,
-            edge_time=edge_time, seed_time=seed_time,
-            temporal_strategy=strategy)
-        self._check_sources(edge_type, nbrs)
-        return counts, nbrs, pos + csc.edge_offset
+            edge_time=edge_time, seed_time=seed_time, temporal_strategy=strategy,
+            edge_values=self.ids.table("edge", edge_type) if original_eids else None)
+        self._check_sources(edge_type, hop.nbrs)
+        return hop._replace(pos=hop.pos + csc.edge_offset)
 
     def _check_sources(self, edge_type: EdgeType, ids: Tensor) -> None:
         """Source ids read from ``graph.pt`` are in range (a mapped store's ids are not

@@ -170,6 +170,24 @@ def test_place_rejects_inputs_it_cannot_copy_safely():
             _place(out_, rows, src_, src_rows)
 
 
+@pytest.mark.parametrize("src", [torch.arange(100, 160), torch.arange(60, dtype=torch.int32),
+                                 torch.rand(60, 1), torch.rand(60, 5), torch.rand(60, 33)])
+def test_place_copies_rows_of_every_width_exactly(src):
+    """One-word rows (ids, labels) take their own loop: gathers and scatters equal
+    indexing, like wider rows."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 60, (200,), generator=g)
+    out = torch.full((210, *src.shape[1:]), -1).to(src.dtype)
+    _place(out, (5, 205), src, rows)
+    assert torch.equal(out[5:205], src[rows]) and (out[:5] == -1).all() and (out[205:] == -1).all()
+    dst = torch.randperm(210, generator=g)[:200]
+    out = torch.zeros(210, *src.shape[1:], dtype=src.dtype)
+    _place(out, dst, src, rows)
+    want = torch.zeros_like(out)
+    want[dst] = src[rows]
+    assert torch.equal(out, want)
+
+
 def test_shares_reject_ids_outside_the_book(hetero_parted):
     book = hetero_parted.meta.node_book("a")
     for bad in (book.total, 10**12, -1):

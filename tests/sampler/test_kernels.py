@@ -28,7 +28,7 @@ def _check_grouping(indptr, indices, seeds, counts, nbrs, pos):
 def test_uniform_without_replacement(fanout):
     indptr, indices = _csc()
     seeds = torch.arange(50)
-    counts, nbrs, pos = sample_one_hop(indptr, indices, seeds, fanout, False, 3)
+    counts, nbrs, pos, _ = sample_one_hop(indptr, indices, seeds, fanout, False, 3)
     _check_grouping(indptr, indices, seeds, counts, nbrs, pos)
     deg = indptr[1:] - indptr[:-1]
     want = deg if fanout < 0 else deg.clamp(max=fanout)
@@ -39,7 +39,7 @@ def test_uniform_without_replacement(fanout):
 
 def test_with_replacement_draws_fanout_for_every_nonisolated_row():
     indptr, indices = _csc()
-    counts, nbrs, pos = sample_one_hop(indptr, indices, torch.arange(50), 7, True, 1)
+    counts, nbrs, pos, _ = sample_one_hop(indptr, indices, torch.arange(50), 7, True, 1)
     deg = indptr[1:] - indptr[:-1]
     assert torch.equal(counts, torch.where(deg > 0, 7, 0))
     _check_grouping(indptr, indices, torch.arange(50), counts, nbrs, pos)
@@ -65,7 +65,7 @@ def test_weighted_never_draws_zero_weight():
     w = torch.rand(indices.numel(), generator=torch.Generator().manual_seed(1))
     w[::3] = 0
     for replace in (False, True):
-        counts, _, pos = sample_one_hop(indptr, indices, torch.arange(50), 5, replace, 0,
+        counts, _, pos, _ = sample_one_hop(indptr, indices, torch.arange(50), 5, replace, 0,
                                         weights=w)
         assert pos.numel() > 0 and bool((w[pos] > 0).all())
         nonzero = torch.tensor([int((w[indptr[i]:indptr[i + 1]] > 0).sum()) for i in range(50)])
@@ -91,7 +91,7 @@ def test_temporal_never_newer_than_seed(strategy):
     times = torch.randint(0, 100, (indices.numel(),), generator=torch.Generator().manual_seed(2))
     seeds = torch.arange(50).repeat(2)
     seed_time = torch.randint(0, 100, (100,), generator=torch.Generator().manual_seed(3))
-    counts, _, pos = sample_one_hop(indptr, indices, seeds, 4, False, 0, edge_time=times,
+    counts, _, pos, _ = sample_one_hop(indptr, indices, seeds, 4, False, 0, edge_time=times,
                                     seed_time=seed_time, temporal_strategy=strategy)
     owner = torch.repeat_interleave(seed_time, counts)
     assert bool((times[pos] <= owner).all())
@@ -145,14 +145,14 @@ def test_temporal_last_with_replacement_draws_among_the_most_recent():
     indptr, indices, times = _one_row([5, 1, 9, 3, 7, 20, 30])  # 20 and 30 are too new
     seed, seed_time = torch.tensor([0, 0]), torch.tensor([10, 4])  # m = 5 and m = 2
     for k in (3, 8):
-        counts, _, pos = sample_one_hop(indptr, indices, seed, k, True, 5, edge_time=times,
+        counts, _, pos, _ = sample_one_hop(indptr, indices, seed, k, True, 5, edge_time=times,
                                         seed_time=seed_time, temporal_strategy="last")
         assert counts.tolist() == [k, k]
         first, second = pos.split(counts.tolist())
         window = {0: [2, 4, 0, 3, 1][:min(k, 5)], 1: [3, 1]}  # most recent eligible first
         assert set(first.tolist()) <= set(window[0])
         assert set(second.tolist()) <= set(window[1])
-        counts, _, pos = sample_one_hop(indptr, indices, seed, k, False, 5, edge_time=times,
+        counts, _, pos, _ = sample_one_hop(indptr, indices, seed, k, False, 5, edge_time=times,
                                         seed_time=seed_time, temporal_strategy="last")
         assert counts.tolist() == [min(k, 5), 2]
         first, second = pos.split(counts.tolist())
@@ -161,7 +161,7 @@ def test_temporal_last_with_replacement_draws_among_the_most_recent():
 
 def test_temporal_last_with_replacement_covers_the_window():
     indptr, indices, times = _one_row([1, 2, 3])
-    counts, _, pos = sample_one_hop(indptr, indices, torch.zeros(200, dtype=torch.long), 5,
+    counts, _, pos, _ = sample_one_hop(indptr, indices, torch.zeros(200, dtype=torch.long), 5,
                                     True, 0, edge_time=times,
                                     seed_time=torch.full((200,), 10), temporal_strategy="last")
     assert counts.tolist() == [5] * 200 and sorted(set(pos.tolist())) == [0, 1, 2]
@@ -246,13 +246,25 @@ def test_top_k_ranks_like_a_stable_sort():
             assert _top_k(keys, k).tolist() == want.tolist()
 
 
-def test_take_gathers_and_refuses_positions_outside():
-    from pyg_dist.sampler.rows import take
-
-    values = torch.arange(100, 200)
-    pos = torch.tensor([5, 0, 99, 5, 42])
-    assert torch.equal(take(values, pos), values[pos])
-    assert take(values, torch.empty(0, dtype=torch.long)).numel() == 0
-    for bad in ([100], [-1], [3, 250]):
-        with pytest.raises(IndexError, match=r"outside \[0, 100\)"):
-            take(values, torch.tensor(bad))
+def test_edge_values_are_read_at_the_drawn_positions():
+    """The edges' original ids come with the draw (uniform: in the neighbours' pass;
+    weighted and temporal: after it), equal to the table at the drawn positions, and
+    the draw itself is unchanged."""
+    indptr, indices = _csc(60, seed=7)
+    values = torch.randperm(10 * indices.numel())[:indices.numel()]
+    seeds = torch.arange(60)
+    weights = torch.rand(indices.numel()) + 0.1
+    times = torch.randint(0, 50, (indices.numel(),))
+    cases = [dict(), dict(weights=weights),
+             dict(edge_time=times, seed_time=torch.full((60,), 25))]
+    for kwargs in cases:
+        for replace in (False, True):
+            plain = sample_one_hop(indptr, indices, seeds, 4, replace, 9, **kwargs)
+            hop = sample_one_hop(indptr, indices, seeds, 4, replace, 9, edge_values=values,
+                                 **kwargs)
+            assert plain.values is None
+            assert torch.equal(hop.pos, plain.pos) and torch.equal(hop.nbrs, plain.nbrs)
+            assert hop.pos.numel() > 0 and torch.equal(hop.values, values[hop.pos])
+    for bad in (values[:-1], values.to(torch.int32), values.view(-1, 1)):
+        with pytest.raises(ValueError, match="edge_values must be a 1-D int64 tensor"):
+            sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=bad)

@@ -58,7 +58,7 @@ def _sample(parted: Parted, part: int, seeds: Dict, **opts) -> HopState:
             for p in owner.unique().tolist():
                 pos = (owner == p).nonzero().view(-1)
                 time = front.time[pos] if front.time is not None else None
-                counts, nbrs, eids = parted.samplers[p].sample(
+                counts, nbrs, eids, _ = parted.samplers[p].sample(
                     edge_type, front.ids[pos], fanout, opts.get("replace", False),
                     2**63 + 17 * hop + p, time, opts.get("time_attr"),
                     opts.get("strategy", "uniform"), opts.get("weight_attr"))
