@@ -84,11 +84,16 @@ class NodeOrder:
         return cls(new_to_old, old_to_new, offsets)
 
 
-class EdgeMap(Protocol):
+class Ranges(Protocol):
+    """New ids of one node or edge type by partition: partition ``p`` owns
+    ``[offsets[p], offsets[p + 1])`` (all the pipeline's driver asks of a type)."""
+    offsets: Tuple[int, ...]
+
+
+class EdgeMap(Ranges, Protocol):
     """One edge type after ordering: ``edge_map[new global edge id] = original id``
     (an array or a memory map) and partition edge ``offsets``."""
     edge_map: np.ndarray
-    offsets: Tuple[int, ...]
 
 
 def plain(array: np.ndarray) -> np.ndarray:

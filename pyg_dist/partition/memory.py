@@ -7,7 +7,6 @@ gathered from the graph's tensors when it is written (nothing is copied ahead).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, Iterable, Tuple
 
 import numpy as np
@@ -18,7 +17,7 @@ from pyg_dist.partition.assign import AssignInput, AssignOptions
 from pyg_dist.partition.assigners import run_assigner
 from pyg_dist.partition.common import NodeOrder, type_offsets
 from pyg_dist.partition.kernels import EdgeBlock, csc_order, gather_sources, symmetric_csr
-from pyg_dist.partition.pipeline import Edges, Nodes
+from pyg_dist.partition.pipeline import Edges, Nodes, WholeGraphStages
 from pyg_dist.format.tables import GraphTables
 from pyg_dist.partition.writer import PartHalo, PartPieces
 from pyg_dist.typing import EdgeType, NodeType
@@ -56,7 +55,7 @@ def tables_input(tables: GraphTables) -> AssignInput:
     return AssignInput(dict(tables.num_nodes), tables.is_hetero, trains, csr)
 
 
-class MemoryStages:
+class MemoryStages(WholeGraphStages):
     """:class:`~pyg_dist.partition.pipeline.Stages` over :class:`GraphTables`.
 
     Args:
@@ -72,12 +71,6 @@ class MemoryStages:
         self.schema = self.tables = tables
         self.num_parts, self.options = num_parts, assign
         self.halo_attrs = tuple(halo_attrs)
-
-    def open(self, tmp: Path) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
     def assign(self) -> Tuple[Dict[NodeType, np.ndarray], Dict[str, float]]:
         assignment = run_assigner(tables_input(self.tables), self.num_parts, self.options)

@@ -9,6 +9,7 @@ import numpy as np
 from pyg_dist.format.meta import AttrSpec
 from pyg_dist.partition.common import type_offsets
 from pyg_dist.partition.distributed.comm import ArrayComm, home_of, lookup, route
+from pyg_dist.partition.distributed.team import writer_of
 from pyg_dist.partition.kernels import sorted_unique
 from pyg_dist.partition.outofcore.budget import MemoryBudget
 from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
@@ -18,14 +19,10 @@ from pyg_dist.partition.writer import halo_attr_names
 from pyg_dist.typing import EdgeType, NodeType
 
 
-def writer_of(part: int, num_parts: int, world: int) -> int:
-    """The rank that writes (and whose machine serves) partition ``part``."""
-    return part * world // num_parts
-
-
 class RowExchange:
-    """The row-moving steps of :class:`~pyg_dist.partition.distributed.DistPartitioner`
-    (which sets the attributes below before they run).
+    """The row-moving steps of
+    :class:`~pyg_dist.partition.distributed.stages.DistStages` (which sets the
+    attributes below before they run).
 
     Attributes:
         comm (ArrayComm): the ranks. source (ChunkedSource): the input. budget

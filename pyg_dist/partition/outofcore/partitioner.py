@@ -49,7 +49,7 @@ from pyg_dist.partition.outofcore.edges import (EdgeBuckets, OrderedEdges, bucke
 from pyg_dist.partition.outofcore.rows import gather_rows, part_arrays, row_bytes, scatter_rows
 from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import ChunkedSource, open_source
-from pyg_dist.partition.pipeline import Edges, Nodes, RunOptions, run_pipeline
+from pyg_dist.partition.pipeline import Edges, Nodes, RunOptions, WholeGraphStages, run_pipeline
 from pyg_dist.partition.writer import PartHalo, PartPieces, halo_attr_names
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
@@ -60,7 +60,7 @@ def _rows_of(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     return array[start:stop]
 
 
-class OutOfCoreStages:
+class OutOfCoreStages(WholeGraphStages):
     """:class:`~pyg_dist.partition.pipeline.Stages` over a chunked folder: every
     graph-sized array lives in memory-mapped scratch files under the output's
     temporary folder, and each streaming step holds at most ``budget``.
