@@ -94,6 +94,7 @@ class RankTeam:
                 for stale in tmp.glob(".rank-*"):
                     stale.unlink()
                 io.save_json(meta.to_json(), tmp / io.META_FILE)
+                files.sync_tree(tmp)  # durable before the rename, as one process does
         except OSError as exc:
             error = exc
         comm.check("gathering the partitions", error)
