@@ -63,7 +63,9 @@ def torchrun_env(rank: int, world_size: int, port: int, nodes: int = 1) -> Dict[
 PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.testing"]
 
 
-def _context(start_method: str) -> Any:
+def process_context(start_method: str = "forkserver") -> Any:
+    """A multiprocessing context: ``"forkserver"`` forks from a server that imported
+    :data:`PRELOAD` once; ``"spawn"`` starts a fresh interpreter."""
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
     ctx = mp.get_context(start_method)
@@ -138,7 +140,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
                           timeout=timedelta(seconds=timeout), wait_for_workers=False)
-    ctx = _context(start_method)
+    ctx = process_context(start_method)
     results: "mp.Queue[_Outcome]" = ctx.Queue()
     procs = []
     for rank in range(world_size):

@@ -10,6 +10,10 @@ its last checkpoint are redone by the second (the model they updated was lost), 
 seeds trained on are the first incarnation's up to the checkpoint's step plus all of the
 second's. Each seed is trained on exactly once per epoch, and the final test accuracy is
 within 0.01 of the fault-free run's.
+
+The jobs fork their ranks from a warm fork server, as torchrun runs them (restart
+included: :func:`pyg_dist.testing.scripts.run_script`); the in-process-sampling case of
+the killed rank runs under the real ``torchrun``.
 """
 from __future__ import annotations
 
@@ -27,7 +31,8 @@ import torch
 from pyg_dist import DistEmbedding, Partitioner, shutdown_rpc
 from pyg_dist.embedding import load_checkpoint
 from pyg_dist.testing import free_port, instrument
-from test_training import EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, start, wait
+from test_training import (EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, run_job, start,
+                           wait)
 
 INSTRUMENT = Path(instrument.__file__)
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
@@ -48,16 +53,22 @@ def cora2_resume(cora, tmp_path_factory) -> Path:
 
 def run_restartable(parts: Path, out: Path, num_workers: int, fault: Sequence[str],
                     timeout: float = 150, script: Path = EXAMPLE,
-                    extra: Sequence[str] = ("--normalize-features",)) -> Job:
-    """The example under torchrun with one restart allowed, through the instrument
-    wrapper: seeds logged into ``out``; ``fault``: the wrapper's fault options."""
+                    extra: Sequence[str] = ("--normalize-features",),
+                    real_torchrun: bool = False) -> Job:
+    """The example with one restart allowed, through the instrument wrapper: seeds
+    logged into ``out``; ``fault``: the wrapper's fault options. Ranks are forked as
+    torchrun would run them (``run_job``), or ``real_torchrun`` starts the real one."""
     out.mkdir()
+    args = ["--seed-log", str(out), *fault, "--", str(script), "--partition-dir", str(parts),
+            "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS,
+            *extra]
+    if not real_torchrun:
+        job = run_job(args, 2, timeout, script=INSTRUMENT, max_restarts=1)
+        assert job.returncode == 0, job.describe()
+        return job
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
            "--max-restarts=1", "--rdzv-backend=static", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(INSTRUMENT), "--seed-log", str(out), *fault,
-           "--", str(script), "--partition-dir", str(parts),
-           "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS,
-           *extra]
+           f"--master-port={free_port()}", str(INSTRUMENT), *args]
     marker = uuid.uuid4().hex
     job = wait(start(cmd, marker), cmd, timeout, time.monotonic())
     assert_no_leftovers(marker, job)
@@ -111,7 +122,8 @@ def check_resumed(faulty: Job, out: Path, clean, resumed_from: int) -> None:
 def test_killed_rank_resumes_exactly_from_its_checkpoint(clean, cora2_resume, tmp_path,
                                                          num_workers):
     out = tmp_path / "faulty"
-    faulty = run_restartable(cora2_resume, out, num_workers, ["--kill-at", KILL_AT])
+    faulty = run_restartable(cora2_resume, out, num_workers, ["--kill-at", KILL_AT],
+                             real_torchrun=num_workers == 0)
     assert "test hook: SIGKILL at epoch 3 batch 3 (step 13)" in faulty.output, faulty.describe()
     assert "resumed exactly at epoch 3 batch 2 step 12" in faulty.output, faulty.describe()
     assert max_step(out, 1, inc=0) == 13  # one batch was trained, lost and redone

@@ -1,7 +1,11 @@
-"""End-to-end training jobs: the examples under real ``torchrun``.
+"""End-to-end training jobs: the examples as ``torchrun`` runs them.
 
-Every job runs as a subprocess in its own session with a timeout; its exit code is
-checked and its output shown on failure. Every process a job starts (torchrun, its
+Jobs that only need to run to their end fork their ranks from a warm fork server
+(:func:`pyg_dist.testing.scripts.run_script`: torchrun's variables, sessions, failure and
+restart policy, without ~10 s of imports per rank); the tests of what torchrun itself
+does (two torchrun commands as two machines, its report of a killed or stalled rank) start
+the real one, as a subprocess in its own session. Every job has a timeout; its exit code
+is checked and its output shown on failure. Every process a job starts (torchrun, its
 trainers, their sampler workers) inherits a unique marker in its environment, so the
 tests can tell that nothing outlives the job.
 """
@@ -26,6 +30,7 @@ import torch
 from pyg_dist import Partitioner
 from pyg_dist.inference import read_export
 from pyg_dist.testing import free_port
+from pyg_dist.testing.scripts import run_script
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
@@ -86,11 +91,16 @@ def wait(proc: subprocess.Popen, cmd: List[str], timeout: float, started: float)
 
 
 def run_job(script_args: Sequence[str], nproc: int, timeout: float,
-            extra_env: Optional[Dict[str, str]] = None, script: Path = EXAMPLE) -> Job:
-    cmd = torchrun_cmd(script_args, nproc, free_port(), script=script)
+            extra_env: Optional[Dict[str, str]] = None, script: Path = EXAMPLE,
+            max_restarts: int = 0) -> Job:
+    """``torchrun --nproc-per-node=nproc script script_args``, ranks forked (see above)."""
     marker = uuid.uuid4().hex
-    started = time.monotonic()
-    job = wait(start(cmd, marker, extra_env), cmd, timeout, started)
+    env = {"OMP_NUM_THREADS": "1", MARKER_ENV: marker, **(extra_env or {})}
+    run = run_script(script, script_args, nproc, timeout=timeout, cwd=REPO, extra_env=env,
+                     max_restarts=max_restarts)
+    job = Job(run.cmd, run.returncode, run.output, run.seconds)
+    if run.timed_out:
+        pytest.fail(f"timed out after {timeout:.0f}s\n{job.describe()}")
     assert_no_leftovers(marker, job)
     return job
 
