@@ -3,11 +3,7 @@ folders with the same checks, and passes ``--allow-external-paths`` through."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import List, Tuple
 
@@ -15,7 +11,7 @@ import pytest
 
 from pyg_dist.chunked import write_chunked
 from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.testing import free_port
+from pyg_dist.testing.scripts import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 #: the canary's content; error messages that quote files show their first bytes, so the
@@ -26,21 +22,13 @@ EDGES = "_N:_E:_N"
 
 
 def _torchrun(args: List[str], timeout: float) -> Tuple[int, str]:
-    """Two ranks of ``pyg-dist-partition`` under one ``torchrun``: exit code and output."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-           "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-           "--max-restarts=0", "-m", "pyg_dist.cli.partition", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "PYG_DIST_RPC_TIMEOUT": "20"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"timed out after {timeout:.0f}s:\n{out[-8000:]}")
-    return proc.returncode, out
+    """Two ranks of ``pyg-dist-partition`` as ``torchrun --nproc-per-node=2`` runs them
+    (forked from a warm fork server: :func:`pyg_dist.testing.scripts.run_script`)."""
+    run = run_script("pyg_dist.cli.partition", args, 2, module=True, timeout=timeout,
+                     cwd=REPO, extra_env={"OMP_NUM_THREADS": "1", "PYG_DIST_RPC_TIMEOUT": "20"})
+    if run.timed_out:
+        pytest.fail(run.describe())
+    return run.returncode, run.output
 
 
 def _list_edge_chunk(folder: Path, path: str) -> None:
