@@ -5,9 +5,10 @@ torchrun's environment variables. Every child's exit code is checked, a failing
 child's traceback is shown, and nothing outlives the timeout.
 
 Children are forked from a ``multiprocessing`` fork server that has imported torch,
-torch_geometric and pyg_dist once (:data:`PRELOAD`): a fresh interpreter spends seconds
-of CPU on those imports, which was most of what a multi-process test cost. The server
-only imports (no tensors, no process group), so the fork is safe; each child still gets
+torch_geometric and pyg_dist once and loaded pyg_dist's numba kernels
+(:data:`PRELOAD`, :mod:`pyg_dist.testing.preload`): a fresh interpreter spends seconds of
+CPU on those, which was most of what a multi-process test cost. The server only imports
+and warms up on one thread (no process group, no thread pool), so the fork is safe; each child still gets
 the parent's current environment and working directory and runs the ``atexit`` handlers
 at its end, as a spawned one would (what differs: modules imported before a variable was
 set have read the server's value, e.g. ``NUMBA_NUM_THREADS``, and the preloaded modules'
@@ -60,7 +61,8 @@ def torchrun_env(rank: int, world_size: int, port: int, nodes: int = 1) -> Dict[
 
 
 #: what the fork server imports once for every child it forks
-PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.testing"]
+PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.testing",
+           "pyg_dist.testing.preload"]
 
 
 def process_context(start_method: str = "forkserver") -> Any:

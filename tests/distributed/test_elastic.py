@@ -112,10 +112,12 @@ def check_restarted(out: Path, job: Job) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("rdzv", ["c10d", "static"])
-def test_killed_rank_restarts_and_samples_correctly(cora_ids, tmp_path, rdzv):
+def test_killed_rank_restarts_and_samples_correctly(cora_ids, tmp_path):
+    """Static rendezvous (torchrun's default), sampling in the trainers; the c10d
+    rendezvous restarts in the next test, with sampler workers (each job starts 5 or more
+    fresh interpreters: the combinations are not all run)."""
     data, root = cora_ids
-    job = run_elastic(rdzv, root, tmp_path / "out", timeout=100, fault="kill")
+    job = run_elastic("static", root, tmp_path / "out", timeout=100, fault="kill")
     check_restarted(tmp_path / "out", job)
     check_samples(data, root, tmp_path / "out", 1, job)
 
