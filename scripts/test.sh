@@ -7,10 +7,10 @@
 #
 # With no arguments: the one-process tests on PYG_DIST_TEST_WORKERS pytest-xdist workers
 # (default 2, a whole file per worker: --dist loadfile builds a file's module fixtures
-# once), then the `multiprocess` tests one at a time (each starts 2-4 processes and has
-# wall-clock limits; two at a time on 2 cores were tried and were no faster: the work is
-# CPU. pyg_dist.testing.run_ranks forks ranks from a fork server that imported torch,
-# torch_geometric and pyg_dist once; what remains is mostly real torchrun jobs), then the
+# once), then the `multiprocess` tests, also two files at a time (their processes are
+# forked from a warm fork server, pyg_dist.testing, so much of their time is waiting:
+# timeouts, restarts, peers), except those marked `serial` (wall-clock bounds, or real
+# torchrun jobs of 5+ fresh interpreters), which run one at a time after them; then the
 # tests that touch PyG's API again against the oldest torch_geometric pyproject.toml
 # allows (2.6), installed beside the venv's. With arguments: pytest on the workers.
 set -euo pipefail
@@ -27,7 +27,8 @@ if [ "$#" -gt 0 ]; then
   exec python -m pytest -q "${PARALLEL[@]}" "$@"
 fi
 python -m pytest -q "${PARALLEL[@]}" -m "not multiprocess"
-python -m pytest -q -m multiprocess
+python -m pytest -q "${PARALLEL[@]}" -m "multiprocess and not serial"
+python -m pytest -q -m "multiprocess and serial"
 
 OLDEST_PYG="2.6.1"
 COMPAT=".venv/compat-torch_geometric-$OLDEST_PYG"

@@ -8,12 +8,13 @@ Children are forked from a ``multiprocessing`` fork server that has imported tor
 torch_geometric and pyg_dist once and loaded pyg_dist's numba kernels
 (:data:`PRELOAD`, :mod:`pyg_dist.testing.preload`): a fresh interpreter spends seconds of
 CPU on those, which was most of what a multi-process test cost. The server only imports
-and warms up on one thread (no process group, no thread pool), so the fork is safe; each child still gets
-the parent's current environment and working directory and runs the ``atexit`` handlers
-at its end, as a spawned one would (what differs: modules imported before a variable was
-set have read the server's value, e.g. ``NUMBA_NUM_THREADS``, and the preloaded modules'
-pages are shared with the server; ``start_method="spawn"`` gives a fresh interpreter, and
-``benchmarks/`` ask for it: their memory figures and thread settings are per process).
+and warms up on one thread (no process group, no thread pool), so the fork is safe;
+each child still gets the parent's current environment and working directory and runs
+the ``atexit`` handlers at its end, as a spawned one would (what differs: modules imported
+before a variable was set have read the server's value, e.g. ``NUMBA_NUM_THREADS``, and
+the preloaded modules' pages are shared with the server; ``start_method="spawn"`` gives a
+fresh interpreter, and ``benchmarks/`` ask for it: their memory figures and thread
+settings are per process).
 """
 from __future__ import annotations
 

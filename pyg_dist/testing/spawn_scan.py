@@ -3,10 +3,10 @@
 A test *spawns* when its body, a fixture it asks for, or a helper it calls (in its own
 file or in a helper module beside it under ``tests/``) starts a process: ``subprocess``,
 ``multiprocessing``/``torch.multiprocessing`` (``Process``, ``spawn``, ``get_context``,
-``start_processes``, ``Pool``), ``os.fork``/``os.system``/``os.exec*``, ``run_ranks``, or
-the emulated cluster. Such a test must carry ``@pytest.mark.multiprocess`` or sit under a
-``pytestmark`` that holds it, so that ``pytest -m "not multiprocess"`` is a quick inner
-loop. Starts that only a library call makes (a loader with ``num_workers > 0``) are not
+``start_processes``, ``Pool``), ``os.fork``/``os.system``/``os.exec*``, ``run_ranks``,
+``run_script``, or the emulated cluster. Such a test must carry
+``@pytest.mark.multiprocess`` or sit under a ``pytestmark`` that holds it, so that
+``pytest -m "not multiprocess"`` is a quick inner loop. Starts that only a library call makes (a loader with ``num_workers > 0``) are not
 visible here; the run-time guard in :mod:`pyg_dist.testing.spawn_guard` catches those.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ PROCESS_ATTRS = {"Process", "Pool", "spawn", "start_processes", "get_context",
 OS_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execv",
             "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv",
             "spawnve", "spawnl", "spawnle"}
-SPAWNING_NAMES = {"run_ranks", "EmulatedCluster", "Popen", "ProcessPoolExecutor",
+SPAWNING_NAMES = {"run_ranks", "run_script", "EmulatedCluster", "Popen", "ProcessPoolExecutor",
                   "start_processes"}
 
 

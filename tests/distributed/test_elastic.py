@@ -28,7 +28,9 @@ from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
 from test_training import Job, assert_no_leftovers, processes_with, start
 
-pytestmark = pytest.mark.multiprocess  # every test here spawns processes
+# every test here spawns processes; real torchrun jobs of 5+ fresh interpreters, with
+# wall-clock bounds: one at a time
+pytestmark = [pytest.mark.multiprocess, pytest.mark.serial]
 
 JOB = Path(__file__).resolve().parent / "elastic_job.py"
 

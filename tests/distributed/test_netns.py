@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "node_classification.py"
 INSTRUMENT = Path(instrument.__file__)  # reports the partitions read directly from files
 REASON = unavailable()
-pytestmark = [pytest.mark.multiprocess,
+pytestmark = [pytest.mark.multiprocess, pytest.mark.serial,  # rates over a shaped link
               pytest.mark.skipif(REASON is not None, reason=f"emulated cluster: {REASON}")]
 ARGS = ["--epochs", "2", "--batch-size", "64", "--seed", "3", "--log-every", "0"]
 

@@ -309,6 +309,7 @@ def _cold_start_job(root: str) -> Dict[str, float]:
 COLD_TIMEOUT_S = 6
 
 
+@pytest.mark.serial  # compile times against a timeout
 @pytest.mark.timeout(240)
 def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkeypatch):
     """Before kernels were compiled ahead of joining RPC, a peer compiling on its first

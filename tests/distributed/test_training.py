@@ -293,6 +293,7 @@ def test_two_machine_job_with_two_torchrun_commands(cora_parts):
     assert_no_leftovers(marker, jobs[0])
 
 
+@pytest.mark.serial  # a wall-clock bound
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_killed_rank_fails_the_job_naming_it(cora_parts, num_workers):
@@ -329,6 +330,7 @@ def _stall_and_wait(job: LiveJob, ready: str) -> Tuple[Job, float]:
     return job.finish(timeout=30), failed_at - stopped
 
 
+@pytest.mark.serial  # a wall-clock bound
 @pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_in_bounded_time_example(cora_parts):
     args = ["--partition-dir", str(cora_parts[2]), "--epochs", "1000", "--batch-size", "16",
@@ -339,6 +341,7 @@ def test_a_stalled_rank_is_named_in_bounded_time_example(cora_parts):
     assert after < STALL_TIMEOUT_S + 30, f"{after:.0f}s after the stop\n{done.describe()}"
 
 
+@pytest.mark.serial  # a wall-clock bound
 @pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_in_bounded_time_readme_loop(cora_parts, tmp_path):
     script = tmp_path / "train.py"

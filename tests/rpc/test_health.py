@@ -30,6 +30,7 @@ TRAINER = textwrap.dedent("""
 
 
 @pytest.mark.multiprocess
+@pytest.mark.serial  # a wall-clock bound
 @pytest.mark.timeout(120)
 def test_a_lost_store_ends_the_orphan_within_the_bound_naming_it():
     port, abort = free_port(), 6.0
