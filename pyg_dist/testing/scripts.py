@@ -117,14 +117,14 @@ def _attempt(script: Tuple[str, bool], argvs: List[List[str]], attempt: int, max
     ctx = process_context("forkserver")
     procs = []
     for rank in range(nproc):
-        env = {**base, **extra_env}
+        env = dict(base)
         if torchrun:
             env.update(torchrun_env(rank, nproc, port), ROLE_RANK=str(rank),
                        ROLE_WORLD_SIZE=str(nproc), GROUP_WORLD_SIZE="1",
                        TORCHELASTIC_RESTART_COUNT=str(attempt),
                        TORCHELASTIC_MAX_RESTARTS=str(max_restarts),
                        TORCHELASTIC_RUN_ID="none")
-            env.update(extra_env)
+        env.update(extra_env)  # the caller's variables win, as on torchrun's command line
         proc = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=False,
                            args=(script, argvs[rank], env, log, cwd,
                                  max(deadline - time.monotonic(), 1)))
