@@ -70,7 +70,7 @@ def _run_machines(cluster: EmulatedCluster, commands: list) -> list:
     return outs
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(360)
 def test_two_namespaces_train_like_loopback(parts: Path) -> None:
     remove_leftovers()
     loop = subprocess.run(_torchrun(1, 0, 2, "127.0.0.1", free_port(), parts), cwd=REPO,
@@ -90,7 +90,7 @@ def test_two_namespaces_train_like_loopback(parts: Path) -> None:
                                           text=True).stdout.split() if n in cluster.namespaces]
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(360)
 def test_remote_features_cross_the_rate_limited_link(parts: Path) -> None:
     """At 20 Mb/s, fetching the other machine's features takes at least their bytes at
     that rate: TensorPipe must not move them through this host's memory instead (it
