@@ -271,7 +271,7 @@ def _join(state: RpcGroup, trainers: bool) -> None:
     _PENDING[state.name] = state.ctx
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=f"{_SCHEME}://{state.name}", rpc_timeout=state.ctx.rpc_timeout,
-        num_worker_threads=_RPC_THREADS["n"], **network.network_only_options())
+        num_worker_threads=_RPC_THREADS["n"], **network.tensorpipe_options())
     try:
         rpc.init_rpc(state.worker_name(state.rank), rank=state.rank,
                      world_size=state.world_size, rpc_backend_options=options)

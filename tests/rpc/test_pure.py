@@ -29,6 +29,24 @@ def test_a_user_choice_of_interface_is_kept_for_both(monkeypatch):
     assert os.environ[network.TP_ENV] == "eth7"
 
 
+def test_tensorpipe_leaves_out_shared_memory_unless_asked(monkeypatch):
+    monkeypatch.delenv(network.SHM_ENV, raising=False)
+    monkeypatch.delenv(network.NETWORK_ONLY_ENV, raising=False)
+    assert network.tensorpipe_options() == {"_transports": ["uv"]}
+    monkeypatch.setenv(network.SHM_ENV, "1")
+    assert network.tensorpipe_options() == {}  # TensorPipe's defaults, shm included
+    monkeypatch.setenv(network.SHM_ENV, "0")
+    monkeypatch.setenv(network.NETWORK_ONLY_ENV, "yes")
+    assert network.tensorpipe_options() == {"_transports": ["uv"], "_channels": ["basic"]}
+    monkeypatch.setenv(network.SHM_ENV, "true")
+    with pytest.raises(ValueError, match="PYG_DIST_RPC_NETWORK_ONLY=1 and PYG_DIST_RPC_SHM=1"):
+        network.tensorpipe_options()
+    monkeypatch.setenv(network.NETWORK_ONLY_ENV, "0")
+    monkeypatch.setenv(network.SHM_ENV, "on")
+    with pytest.raises(ValueError, match="PYG_DIST_RPC_SHM must be 0 or 1, got 'on'"):
+        network.tensorpipe_options()
+
+
 def test_values_are_grouped_by_rank():
     text = describe_values(["a", "b", "a"])
     assert text == "ranks 0, 2: 'a'; rank 1: 'b'"
