@@ -34,11 +34,12 @@ fi
 python -m pytest -q "${PARALLEL[@]}" -m "not multiprocess"
 
 SERIAL_LOG="$(mktemp "${TMPDIR:-/tmp}/pyg_dist-serial.XXXXXX")"
-python -m pytest -q -m "multiprocess and serial" >"$SERIAL_LOG" 2>&1 &
+python -m pytest -q --durations=10 -m "multiprocess and serial" >"$SERIAL_LOG" 2>&1 &
 SERIAL_PID=$!
 trap 'kill "$SERIAL_PID" 2>/dev/null || true; rm -f "$SERIAL_LOG"' EXIT
 failed=0
-python -m pytest -q "${PARALLEL[@]}" -m "multiprocess and not serial" || failed=1
+python -m pytest -q --durations=15 "${PARALLEL[@]}" -m "multiprocess and not serial" \
+  || failed=1
 wait "$SERIAL_PID" || failed=1
 echo "[test] the tests marked serial (they ran beside the others, one at a time):"
 cat "$SERIAL_LOG"
