@@ -8,12 +8,11 @@
 # With no arguments: the one-process tests on PYG_DIST_TEST_WORKERS pytest-xdist workers
 # (default 2, a whole file per worker: --dist loadfile builds a file's module fixtures
 # once), then the `multiprocess` tests, also two files at a time (their processes are
-# forked from a warm fork server, pyg_dist.testing, so much of their time is waiting:
-# timeouts, restarts, peers), and beside them, one at a time, those marked `serial`
-# (wall-clock bounds, or real torchrun jobs of 5+ fresh interpreters; their output is
-# printed when they end); then the tests that touch PyG's API again against the oldest
-# torch_geometric pyproject.toml allows (2.6), installed beside the venv's. With
-# arguments: pytest on the workers.
+# forked from a warm fork server, pyg_dist.testing), and beside them, one at a time,
+# those marked `serial` (wall-clock bounds, or real torchrun jobs of 5+ fresh
+# interpreters; their output is printed when they end); then the tests that touch PyG's
+# API again against the oldest torch_geometric pyproject.toml allows (2.6), installed
+# beside the venv's. With arguments: pytest on the workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
