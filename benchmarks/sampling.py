@@ -163,6 +163,7 @@ def _run_batches(sampler, batches: List[torch.Tensor],
     edges = nodes = 0
     seconds = {name: 0.0 for name in fetchers}
     cpu_s = {name: 0.0 for name in fetchers}
+    laps: Dict[str, List[float]] = {name: [] for name in fetchers}
     for i, seeds in enumerate(batches):
         order = list(fetchers.items())
         for name, (ids, fetcher) in order if i % 2 == 0 else order[::-1]:  # neither runs warm
@@ -171,7 +172,8 @@ def _run_batches(sampler, batches: List[torch.Tensor],
             start, cpu = time.perf_counter(), time.process_time()
             sub, rows = sampler.group.loop.run(_one_batch(sampler, seeds, fetcher,
                                                           prof if name == "" else None, rng))
-            seconds[name] += time.perf_counter() - start
+            laps[name].append(time.perf_counter() - start)
+            seconds[name] += laps[name][-1]
             cpu_s[name] += time.process_time() - cpu
             counts = (sum(sum(v) for v in sub.num_sampled_edges.values()),
                       sum(v.numel() for v in sub.node.values()))
@@ -179,6 +181,7 @@ def _run_batches(sampler, batches: List[torch.Tensor],
         edges, nodes = edges + counts[0], nodes + counts[1]
     out = {f"seconds{name}": value for name, value in seconds.items()}
     out.update({f"cpu_s{name}": value for name, value in cpu_s.items()})
+    out.update({f"laps{name}": value for name, value in laps.items()})
     return {**out, "edges": edges,
             "nodes": nodes, "seeds": sum(b.numel() for b in batches), "batches": len(batches)}
 
@@ -293,6 +296,16 @@ def _rates(outs: List[dict], variant: str = "") -> Dict[str, float]:
             "wall_ms_per_batch": 1e3 * seconds / outs[0]["batches"]}
 
 
+def _paired_cost(outs: List[dict]) -> Tuple[float, float, float]:
+    """What original ids add to a batch, from each batch's own pair (the same seeds timed
+    with and without them, back to back): the median and quartiles of the per-batch
+    ratios, in percent. Unlike the ratio of sums, one batch slowed by something else on
+    the machine (a collection, another process) moves it little."""
+    ratios = np.array([a / b for o in outs for a, b in zip(o["laps"], o["laps_no_ids"])])
+    q1, med, q3 = np.percentile(100 * (ratios - 1), [25, 50, 75])
+    return round(float(med), 2), round(float(q1), 2), round(float(q3), 2)
+
+
 def run_dist(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
     """Seeds/s with features on 1 and 2 partitions, and remote fetch bandwidth."""
     res: Dict[str, float] = {}
@@ -318,10 +331,14 @@ def run_dist(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
             100 * (1 - rates["seeds_per_s"] / plain["seeds_per_s"]), 2)
         res[f"dist_{parts}p_original_ids_cpu_cost_pct"] = round(
             100 * (rates["cpu_ms_per_batch"] / plain["cpu_ms_per_batch"] - 1), 2)
+        med, q1, q3 = _paired_cost(outs)
+        res[f"dist_{parts}p_original_ids_cost_pct_median"] = med
+        res[f"dist_{parts}p_original_ids_cost_pct_quartiles"] = [q1, q3]
         print(f"dist/{parts} partition(s): original ids in batches cost "
               f"{res[f'dist_{parts}p_original_ids_cost_pct']:.2f}% of seeds/s (wall; "
               f"{plain['seeds_per_s']:.0f} seeds/s without them, same seeds, interleaved), "
-              f"{res[f'dist_{parts}p_original_ids_cpu_cost_pct']:.2f}% more CPU per batch",
+              f"{res[f'dist_{parts}p_original_ids_cpu_cost_pct']:.2f}% more CPU per batch; "
+              f"per batch pair: median {med:.2f}%, quartiles {q1:.2f}% / {q3:.2f}%",
               flush=True)
         if "fetch" in outs[0]:
             res.update(_report_fetch(outs[0]["fetch"]))
