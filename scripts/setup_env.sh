@@ -20,9 +20,14 @@ fi
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   echo "[setup] installing torch==$TORCH_VERSION and pyg_dist[test] into $VENV (a minute or two)"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" \
+  # --no-compile: pip would compile every module of every package (most of a clean
+  # install's 100 s, on one core); the modules pyg_dist imports are compiled just below,
+  # the others when first imported
+  "$VENV/bin/python" -m pip install -q --no-compile "torch==$TORCH_VERSION" \
     ${PYG_DIST_TORCH_INDEX:+--index-url "$PYG_DIST_TORCH_INDEX"}
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  "$VENV/bin/python" -m pip install -q --no-compile -e ".[test]"
+  env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c \
+    "import torch_geometric, torch.distributed.run, pyg_dist.loader, pyg_dist.cli.partition"
   echo "$want" > "$STAMP"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"

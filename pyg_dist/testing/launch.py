@@ -28,9 +28,10 @@ import socket
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 
 def free_port() -> int:
@@ -111,6 +112,19 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
         atexit._run_exitfuncs()
 
 
+@contextmanager
+def _environ(env: Dict[str, str]) -> Iterator[None]:
+    """``os.environ`` is ``env`` inside (a spawned child starts with it), as before after."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _leave_process_group() -> None:
     """Destroys the process group ``fn`` left initialised, as a training script ends."""
     import torch.distributed as dist
@@ -121,7 +135,8 @@ def _leave_process_group() -> None:
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
               nodes: int = 1, extra_env: Optional[Dict[str, str]] = None,
-              may_die: Sequence[int] = (), start_method: str = "forkserver") -> List[Any]:
+              may_die: Sequence[int] = (), start_method: str = "forkserver",
+              rank_env: Optional[Dict[int, Dict[str, str]]] = None) -> List[Any]:
     """Runs ``fn(*args)`` in ``world_size`` new processes; returns their results by rank.
 
     Args:
@@ -130,6 +145,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
         timeout: seconds for the whole run; then every child is killed.
         nodes: simulated machines (sets ``GROUP_RANK``/``LOCAL_RANK`` like torchrun).
         extra_env: more environment variables for the children.
+        rank_env: more environment variables for some ranks only (by rank; a variable
+            set to ``None`` is removed from that rank's environment).
         may_die: ranks a test kills on purpose; their result is ``None``.
         start_method: ``"forkserver"`` (children forked from a process that imported
             :data:`PRELOAD` once) or ``"spawn"`` (a fresh interpreter per child).
@@ -147,11 +164,14 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     results: "mp.Queue[_Outcome]" = ctx.Queue()
     procs = []
     for rank in range(world_size):
-        env = {**os.environ, **torchrun_env(rank, world_size, port, nodes), **(extra_env or {})}
+        env = {**os.environ, **torchrun_env(rank, world_size, port, nodes), **(extra_env or {}),
+               **(rank_env or {}).get(rank, {})}
+        env = {k: v for k, v in env.items() if v is not None}
         proc = ctx.Process(target=_child, args=(fn, env, args, results, timeout, os.getcwd(),
                                                  start_method == "forkserver"),
                            name=f"rank{rank}", daemon=False)
-        proc.start()
+        with _environ(env):  # a spawned child reads it as it starts (numba's settings)
+            proc.start()
         procs.append(proc)
     try:
         outcomes = _collect(procs, results, timeout, set(may_die))

@@ -278,11 +278,13 @@ def test_temporal_and_weighted_hetero(hetero_parts):
 
 
 def _cold_start_job(root: str) -> Dict[str, float]:
-    """First calls of every sampling mode, each to the *other* partition, with numba's
-    cache empty and a short timeout: no peer may still be compiling when asked."""
+    """First calls of every sampling mode, each to the *other* partition, with a short
+    timeout (rank 1's numba cache empty): no peer may still be compiling when asked.
+    Joining may wait for a compiling peer (rank 0 waits for rank 1 to compile before it
+    joins); the calls after it may not."""
     import time
 
-    ctx = DistContext.from_env(rpc_timeout=COLD_TIMEOUT_S)
+    ctx = DistContext.from_env(rpc_timeout=150)
     meta = io.read_meta(Path(root))
     data = (LocalFeatureStore.from_partition(root, ctx.rank),
             LocalGraphStore.from_partition(root, ctx.rank))
@@ -297,6 +299,7 @@ def _cold_start_job(root: str) -> Dict[str, float]:
                              ("uniform", dict(replace=False))):
             sampler = DistNeighborSampler(data, num_neighbors=[4, 4], current_ctx=ctx, seed=1,
                                           **kwargs)
+            sampler.group.ctx = ctx.with_timeout(COLD_TIMEOUT_S)  # every call from here on
             start = time.monotonic()
             _run(sampler, {"paper": seeds},
                  {"paper": torch.full((16,), 2015)} if name == "temporal" else None)
@@ -315,9 +318,13 @@ def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkey
     """Before kernels were compiled ahead of joining RPC, a peer compiling on its first
     call made the caller time out (seen under load with a 20 s timeout)."""
     _, roots = hetero_parts
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))  # read at numba's import
-    # fresh interpreters: a fork server imported numba before this variable was set
-    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=200, start_method="spawn")
+    # rank 1 starts cold: an empty cache (read at numba's import, so in a fresh
+    # interpreter: the fork server imported numba before); rank 0, from the warm cache,
+    # samples partition 1's seeds first, so it waits on rank 1 wherever rank 1 compiles
+    # (rank 1 on itself likewise)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=200, start_method="spawn",
+                     rank_env={1: {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}})
     assert any((tmp_path / "numba").rglob("*.nbi")), "numba did not use the empty cache"
     for rank_took in took:  # nothing left to compile: first calls are quick
         assert max(rank_took.values()) < COLD_TIMEOUT_S / 2, took
