@@ -1,6 +1,16 @@
 """Sampler worker processes: each joins an RPC group of its own (worker ``i`` of every
 rank together), serves its rank's partition from shared memory, and builds batches.
 
+Workers are forked from a fork server of their trainer (``multiprocessing``'s
+``forkserver``): started once per trainer, it imports the training script (as a spawned
+worker would), pyg_dist and its numba kernels (:data:`PRELOAD`), then forks every worker
+of every loader of that trainer. A fresh interpreter per worker spent ~8 s of CPU on the
+same imports, and held its own copy of every module; forked workers share the server's
+pages. The server is single-threaded, so the fork is safe. Each worker runs in its
+trainer's environment as it was when the worker started (variables read while importing,
+e.g. ``NUMBA_NUM_THREADS``, were read when the server started).
+``PYG_DIST_WORKER_START=spawn`` gives every worker a fresh interpreter instead.
+
 Tasks and batches travel through two one-way pipes per worker (tensors in shared
 memory, by ``torch.multiprocessing``'s reductions). Pipes, unlike ``multiprocessing``
 queues, need no named semaphores: a queue's three live as ``/dev/shm/sem.mp-*`` files
@@ -49,7 +59,10 @@ class WorkerSpec:
 STARTED = -2
 
 
-def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
+def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
+                 env: Dict[str, str]) -> None:
+    os.environ.clear()  # forked: the server's environment is from when it started
+    os.environ.update(env)  # the trainer's, its launcher's variables left out
     results.send((STARTED, spec.index, None, None))
     torch.set_num_threads(spec.threads)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
@@ -141,8 +154,30 @@ _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT")
 _START_HINT = ("a worker that dies while starting usually means the training script runs "
-               "its code at import time: sampler workers are spawned and re-import it, so "
-               "put the training code under `if __name__ == \"__main__\":`")
+               "its code at import time: sampler workers import it again (their fork "
+               "server does, once), so put the training code under "
+               "`if __name__ == \"__main__\":`")
+#: what the fork server of a trainer's sampler workers imports before forking them
+PRELOAD = ["__main__", "pyg_dist.loader.workers", "pyg_dist.loader.preload"]
+START_METHODS = ("forkserver", "spawn")
+
+
+def start_method() -> str:
+    """How sampler workers start: ``PYG_DIST_WORKER_START``, ``"forkserver"`` by default
+    (forked from one server per trainer) or ``"spawn"`` (a fresh interpreter each)."""
+    value = os.environ.get("PYG_DIST_WORKER_START", "forkserver").strip().lower()
+    if value not in START_METHODS:
+        raise ValueError(f"PYG_DIST_WORKER_START must be one of {START_METHODS}, not "
+                         f"{value!r}")
+    return value
+
+
+def _context() -> Any:
+    method = start_method()
+    ctx = tmp.get_context(method)
+    if method == "forkserver":  # takes effect when the server starts (its first worker)
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 @contextmanager
@@ -164,7 +199,7 @@ class WorkerPool:
     """
 
     def __init__(self, num_workers: int, make_spec: Any, prefetch: int = 2) -> None:
-        ctx = tmp.get_context("spawn")
+        ctx = _context()
         self.prefetch = prefetch
         self.procs: List[Any] = []
         self.tasks: List[Connection] = []
@@ -180,11 +215,18 @@ class WorkerPool:
     def _start(self, ctx: Any, index: int, spec: WorkerSpec) -> None:
         task_out, task_in = ctx.Pipe(duplex=False)
         result_out, result_in = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker_main, args=(spec, task_out, result_in), daemon=True,
-                           name=f"pyg_dist-sampler-{index}")
+        with _launcher_env_hidden():
+            env = dict(os.environ)
+        proc = ctx.Process(target=_worker_main, args=(spec, task_out, result_in, env),
+                           daemon=True, name=f"pyg_dist-sampler-{index}")
         try:
             with _launcher_env_hidden():
                 proc.start()
+        except (EOFError, ConnectionError) as exc:  # the fork server died while starting
+            raise RuntimeError(f"sampler worker {index} could not start: the fork server "
+                               f"that forks sampler workers died while importing the "
+                               f"training script ({exc!r}; its error is on stderr); "
+                               f"{_START_HINT}") from None
         finally:  # the child has its ends now (or never will): a dead peer reads as EOF
             task_out.close()
             result_in.close()

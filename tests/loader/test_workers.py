@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Set
+from typing import Dict, List, Set, Tuple
 
 import pytest
+import torch
 
 SHM = Path("/dev/shm")
 
@@ -93,3 +94,54 @@ def test_a_stopped_and_killed_trainer_leaves_no_semaphores():
         time.sleep(0.1)
     leaked = sorted(name for inode, name in _semaphores().items() if inode in job)
     assert leaked == [], f"the killed job left {len(leaked)} semaphores: {leaked}"
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _epoch(loader) -> Tuple[List[Tuple[torch.Tensor, torch.Tensor]], Set[int]]:
+    """An epoch's batches and the parent processes of the loader's workers."""
+    out = [(batch.input_id.clone(), batch.n_id.clone()) for batch in loader]
+    parents = {_parent(proc.pid) for proc in loader._pool.procs}
+    loader.close()
+    return out, parents
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_workers_fork_from_one_server_per_trainer_or_spawn_when_asked(cora, tmp_path,
+                                                                      monkeypatch):
+    """Every worker of every loader of a trainer is forked from one server (not the
+    trainer, not a fresh interpreter each); ``PYG_DIST_WORKER_START=spawn`` makes them
+    the trainer's own children again; the batches are the same either way."""
+    from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore,
+                          LocalGraphStore, Partitioner, node_split, shutdown_rpc)
+    from pyg_dist.testing.graphs import encode_ids
+
+    Partitioner(encode_ids(cora), 1, tmp_path, progress=False).generate()
+    stores = (LocalFeatureStore.from_partition(tmp_path, 0),
+              LocalGraphStore.from_partition(tmp_path, 0))
+    ctx = DistContext(rank=0, world_size=1)
+
+    def loader(workers: int = 2) -> DistNeighborLoader:
+        return DistNeighborLoader(data=stores, num_neighbors=[4, 3], batch_size=64,
+                                  input_nodes=node_split(stores, "train", ctx), seed=3,
+                                  shuffle=True, num_workers=workers, current_ctx=ctx)
+    try:
+        monkeypatch.setenv("PYG_DIST_WORKER_START", "forkserver")
+        forked = [_epoch(loader()) for _ in range(2)]
+        monkeypatch.setenv("PYG_DIST_WORKER_START", "spawn")
+        spawned = _epoch(loader(1))  # a fresh interpreter: one is enough
+        monkeypatch.setenv("PYG_DIST_WORKER_START", "fork")
+        with pytest.raises(ValueError, match="PYG_DIST_WORKER_START"):
+            _epoch(loader())
+    finally:
+        shutdown_rpc()
+    servers = forked[0][1] | forked[1][1]
+    assert len(servers) == 1 and os.getpid() not in servers, servers
+    assert spawned[1] == {os.getpid()}
+    for batches, _ in (*forked, spawned):
+        assert len(batches) == len(forked[0][0]) > 1
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                   for a, b in zip(batches, forked[0][0]))
