@@ -98,7 +98,7 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
 
 
 # ---- the job run in every process ------------------------------------------------------
-def _open_sampler(root: str, cfg: BenchConfig):
+def open_sampler(root: str, cfg: BenchConfig):
     from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore
 
     torch.set_num_threads(1)
@@ -111,7 +111,7 @@ def _open_sampler(root: str, cfg: BenchConfig):
     return ctx, sampler
 
 
-def _seed_batches(sampler, cfg: BenchConfig, rank: int) -> List[torch.Tensor]:
+def seed_batches(sampler, cfg: BenchConfig, rank: int) -> List[torch.Tensor]:
     owned = sampler.graph.owned_nodes()
     g = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
     perm = owned[torch.randperm(owned.numel(), generator=g)]
@@ -126,7 +126,7 @@ def _barrier(ctx) -> None:
         dist.barrier()
 
 
-async def _one_batch(sampler, seeds: torch.Tensor, fetcher,
+async def one_batch(sampler, seeds: torch.Tensor, fetcher,
                      prof: Optional[cProfile.Profile], rng: np.random.Generator):
     """Samples (and fetches features of, with ``fetcher``) one batch on the sampler's
     loop thread; returns the subgraph and the rows (freed by the caller, untimed)."""
@@ -170,8 +170,8 @@ def _run_batches(sampler, batches: List[torch.Tensor],
             sampler.original_ids = ids
             rng = np.random.default_rng([i, int(seeds[0])])
             start, cpu = time.perf_counter(), time.process_time()
-            sub, rows = sampler.group.loop.run(_one_batch(sampler, seeds, fetcher,
-                                                          prof if name == "" else None, rng))
+            sub, rows = sampler.group.loop.run(one_batch(sampler, seeds, fetcher,
+                                                         prof if name == "" else None, rng))
             laps[name].append(time.perf_counter() - start)
             seconds[name] += laps[name][-1]
             cpu_s[name] += time.process_time() - cpu
@@ -190,9 +190,9 @@ def sampling_job(root: str, cfg: BenchConfig, features: bool, profile: bool) -> 
     """One process: sample (and fetch) its own seeds; rank 0 also measures fetch."""
     from pyg_dist.rpc import shutdown_rpc
 
-    ctx, sampler = _open_sampler(root, cfg)
+    ctx, sampler = open_sampler(root, cfg)
     try:
-        batches = _seed_batches(sampler, cfg, ctx.rank)
+        batches = seed_batches(sampler, cfg, ctx.rank)
         fetchers = _fetchers(sampler, features)
         _run_batches(sampler, batches[:cfg.warmup], fetchers)
         _barrier(ctx)
