@@ -48,7 +48,7 @@ OLDEST_PYG="2.6.1"
 COMPAT=".venv/compat-torch_geometric-$OLDEST_PYG"
 if [ ! -d "$COMPAT/torch_geometric" ]; then
   echo "[test] installing torch_geometric==$OLDEST_PYG into $COMPAT"
-  python -m pip install -q --no-deps --target "$COMPAT" "torch_geometric==$OLDEST_PYG"
+  python -m pip install -q --no-compile --no-deps --target "$COMPAT" "torch_geometric==$OLDEST_PYG"
 fi
 # What touches PyG's API (Data/HeteroData, loaders' options, collate, PyG's own classes)
 # in one process, plus one homo, one link and one hetero loader across ranks. The other
@@ -64,4 +64,4 @@ COMPAT_TESTS=(
 )
 echo "[test] again with torch_geometric $OLDEST_PYG: loaders, collate, sampling"
 PYTHONPATH="$PWD/$COMPAT" PYG_DIST_EXPECT_PYG="$OLDEST_PYG" python -m pytest -q \
-  "${COMPAT_TESTS[@]}"
+  "${PARALLEL[@]}" "${COMPAT_TESTS[@]}"

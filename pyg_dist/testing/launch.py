@@ -14,7 +14,9 @@ the ``atexit`` handlers at its end, as a spawned one would (what differs: module
 before a variable was set have read the server's value, e.g. ``NUMBA_NUM_THREADS``, and
 the preloaded modules' pages are shared with the server; ``start_method="spawn"`` gives a
 fresh interpreter, and ``benchmarks/`` ask for it: their memory figures and thread
-settings are per process).
+settings are per process). A forked child's sampler workers are forked by the same
+server (:func:`_share_fork_server`), not by a server of the child's own as a trainer's
+are.
 """
 from __future__ import annotations
 
@@ -78,9 +80,33 @@ def process_context(start_method: str = "forkserver") -> Any:
     return ctx
 
 
+def _share_fork_server() -> None:
+    """In a child this fork server forked: what the child starts with the ``forkserver``
+    method (sampler workers) is forked by this same server, which has imported
+    :data:`PRELOAD`, as the child itself was. Otherwise each child starts a server of its
+    own, a fresh interpreter importing torch, torch_geometric and pyg_dist again (~8 s of
+    CPU per rank of every test with sampler workers). The server's address and "alive"
+    pipe are inherited; ``multiprocessing`` only launches a new server because it did not
+    start this one. Workers forked so write to the same stdout and stderr as the child.
+    :mod:`pyg_dist.testing.scripts` does not share it (its ranks' output goes to a log,
+    and a worker may need the script as ``__main__``), nor does a test calling loaders
+    in its own process: both start servers of their own, as trainers do."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server = forkserver._forkserver
+    if server._forkserver_address is None or server._forkserver_alive_fd is None:
+        return
+
+    def ensure_running() -> None:
+        resource_tracker.ensure_running()
+    server.ensure_running = ensure_running  # type: ignore[method-assign]
+
+
 def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
            results: "mp.Queue[_Outcome]", timeout: float, cwd: str = "",
            forked: bool = False) -> None:
+    if forked:
+        _share_fork_server()
     # the parent's environment now (a forked child would otherwise see the fork
     # server's, as it was when the server started), plus torchrun's variables
     os.environ.clear()

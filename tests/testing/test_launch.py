@@ -36,3 +36,32 @@ def test_forked_ranks_start_with_the_kernels_loaded() -> None:
     warm_up() has nothing left to do; a spawned one loads every kernel itself."""
     assert run_ranks(_warm_up_seconds, 2, timeout=30) == [0.0, 0.0]
     assert run_ranks(_warm_up_seconds, 1, timeout=60, start_method="spawn")[0] > 0.0
+
+
+def _parents_of_rank_and_its_worker() -> tuple:
+    """This rank's parent and pid, and the parent of a process it starts the way sampler
+    workers start."""
+    from pyg_dist.loader.workers import _context
+
+    ctx = _context()
+    out, into = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_send_parent, args=(into,))
+    proc.start()
+    into.close()
+    worker_parent = out.recv()
+    proc.join(10)
+    return os.getppid(), os.getpid(), worker_parent, proc.exitcode
+
+
+def _send_parent(into) -> None:
+    into.send(os.getppid())
+
+
+@pytest.mark.timeout(60)
+def test_forked_ranks_fork_their_workers_from_the_same_server() -> None:
+    """A forked rank's sampler workers come from the fork server that forked the rank
+    (which imported everything once), not from a server of the rank's own (a fresh
+    interpreter per rank)."""
+    for server, rank, worker_parent, code in run_ranks(_parents_of_rank_and_its_worker, 2,
+                                                       timeout=30):
+        assert worker_parent == server != rank and code == 0
