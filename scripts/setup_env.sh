@@ -25,9 +25,15 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   # the others when first imported
   "$VENV/bin/python" -m pip install -q --no-compile "torch==$TORCH_VERSION" \
     ${PYG_DIST_TORCH_INDEX:+--index-url "$PYG_DIST_TORCH_INDEX"}
+  # pip works on one core: torch's modules compile on the other meanwhile (a failure
+  # there, e.g. a package half installed, only leaves them to compile when first used)
+  env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c "import torch, torch.distributed.run" \
+    >/dev/null 2>&1 &
+  warm=$!
   "$VENV/bin/python" -m pip install -q --no-compile -e ".[test]"
+  wait "$warm" || true
   env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c \
-    "import torch_geometric, torch.distributed.run, pyg_dist.loader, pyg_dist.cli.partition"
+    "import torch_geometric, pyg_dist.loader, pyg_dist.cli.partition"
   echo "$want" > "$STAMP"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
