@@ -10,9 +10,10 @@
 # once), then the `multiprocess` tests, also two files at a time (their processes are
 # forked from a warm fork server, pyg_dist.testing), and beside them, one at a time,
 # those marked `serial` (wall-clock bounds, or real torchrun jobs of 5+ fresh
-# interpreters; their output is printed when they end); then the tests that touch PyG's
-# API again against the oldest torch_geometric pyproject.toml allows (2.6), installed
-# beside the venv's. With arguments: pytest on the workers.
+# interpreters; their output is printed when they end); then, while the serial ones
+# finish, the tests that touch PyG's API again against the oldest torch_geometric
+# pyproject.toml allows (2.6), installed beside the venv's. With arguments: pytest on the
+# workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
@@ -32,6 +33,30 @@ if [ "$#" -gt 0 ]; then
 fi
 python -m pytest -q "${PARALLEL[@]}" -m "not multiprocess"
 
+compat_pass() {
+  OLDEST_PYG="2.6.1"
+  COMPAT=".venv/compat-torch_geometric-$OLDEST_PYG"
+  if [ ! -d "$COMPAT/torch_geometric" ]; then
+    echo "[test] installing torch_geometric==$OLDEST_PYG into $COMPAT"
+    python -m pip install -q --no-compile --no-deps --target "$COMPAT" "torch_geometric==$OLDEST_PYG"
+  fi
+  # What touches PyG's API (Data/HeteroData, loaders' options, collate, PyG's own classes)
+  # in one process, plus one homo, one link and one hetero loader across ranks. The other
+  # cases of tests/distributed/test_loader.py (sampler workers, the original-id ground
+  # truth over 2 and 3 partitions) check our ids, not PyG's API: the first pass covers them,
+  # and tests/loader/test_state.py runs sampler workers here too.
+  COMPAT_TESTS=(
+    tests/test_versions.py tests/loader tests/sampler/test_features.py
+    tests/compat/test_surface.py tests/datasets/test_pyg_classes.py
+    "tests/distributed/test_loader.py::test_node_loader_two_ranks_uneven_seeds[0]"
+    tests/distributed/test_loader.py::test_link_loader_positives_are_edges_negatives_are_not
+    tests/distributed/test_loader.py::test_hetero_node_loader_three_ranks
+  )
+  echo "[test] again with torch_geometric $OLDEST_PYG: loaders, collate, sampling"
+  PYTHONPATH="$PWD/$COMPAT" PYG_DIST_EXPECT_PYG="$OLDEST_PYG" python -m pytest -q \
+    "${PARALLEL[@]}" "${COMPAT_TESTS[@]}"
+}
+
 SERIAL_LOG="$(mktemp "${TMPDIR:-/tmp}/pyg_dist-serial.XXXXXX")"
 python -m pytest -q --durations=10 -m "multiprocess and serial" >"$SERIAL_LOG" 2>&1 &
 SERIAL_PID=$!
@@ -39,29 +64,9 @@ trap 'kill "$SERIAL_PID" 2>/dev/null || true; rm -f "$SERIAL_LOG"' EXIT
 failed=0
 python -m pytest -q --durations=15 "${PARALLEL[@]}" -m "multiprocess and not serial" \
   || failed=1
+# while the serial tests finish (the last of them mostly wait on timeouts)
+compat_pass || failed=1
 wait "$SERIAL_PID" || failed=1
 echo "[test] the tests marked serial (they ran beside the others, one at a time):"
 cat "$SERIAL_LOG"
 [ "$failed" -eq 0 ] || exit 1
-
-OLDEST_PYG="2.6.1"
-COMPAT=".venv/compat-torch_geometric-$OLDEST_PYG"
-if [ ! -d "$COMPAT/torch_geometric" ]; then
-  echo "[test] installing torch_geometric==$OLDEST_PYG into $COMPAT"
-  python -m pip install -q --no-compile --no-deps --target "$COMPAT" "torch_geometric==$OLDEST_PYG"
-fi
-# What touches PyG's API (Data/HeteroData, loaders' options, collate, PyG's own classes)
-# in one process, plus one homo, one link and one hetero loader across ranks. The other
-# cases of tests/distributed/test_loader.py (sampler workers, the original-id ground
-# truth over 2 and 3 partitions) check our ids, not PyG's API: the first pass covers them,
-# and tests/loader/test_state.py runs sampler workers here too.
-COMPAT_TESTS=(
-  tests/test_versions.py tests/loader tests/sampler/test_features.py
-  tests/compat/test_surface.py tests/datasets/test_pyg_classes.py
-  "tests/distributed/test_loader.py::test_node_loader_two_ranks_uneven_seeds[0]"
-  tests/distributed/test_loader.py::test_link_loader_positives_are_edges_negatives_are_not
-  tests/distributed/test_loader.py::test_hetero_node_loader_three_ranks
-)
-echo "[test] again with torch_geometric $OLDEST_PYG: loaders, collate, sampling"
-PYTHONPATH="$PWD/$COMPAT" PYG_DIST_EXPECT_PYG="$OLDEST_PYG" python -m pytest -q \
-  "${PARALLEL[@]}" "${COMPAT_TESTS[@]}"

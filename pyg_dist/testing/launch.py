@@ -162,7 +162,7 @@ def _leave_process_group() -> None:
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
               nodes: int = 1, extra_env: Optional[Dict[str, str]] = None,
               may_die: Sequence[int] = (), start_method: str = "forkserver",
-              rank_env: Optional[Dict[int, Dict[str, str]]] = None) -> List[Any]:
+              rank_env: Optional[Dict[int, Dict[str, Optional[str]]]] = None) -> List[Any]:
     """Runs ``fn(*args)`` in ``world_size`` new processes; returns their results by rank.
 
     Args:
