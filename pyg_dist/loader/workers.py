@@ -172,7 +172,8 @@ def start_method() -> str:
     return value
 
 
-def _context() -> Any:
+def worker_context() -> Any:
+    """The ``multiprocessing`` context sampler workers start from (:func:`start_method`)."""
     method = start_method()
     ctx = tmp.get_context(method)
     if method == "forkserver":  # takes effect when the server starts (its first worker)
@@ -199,7 +200,7 @@ class WorkerPool:
     """
 
     def __init__(self, num_workers: int, make_spec: Any, prefetch: int = 2) -> None:
-        ctx = _context()
+        ctx = worker_context()
         self.prefetch = prefetch
         self.procs: List[Any] = []
         self.tasks: List[Connection] = []

@@ -41,9 +41,9 @@ def test_forked_ranks_start_with_the_kernels_loaded() -> None:
 def _parents_of_rank_and_its_worker() -> tuple:
     """This rank's parent and pid, and the parent of a process it starts the way sampler
     workers start."""
-    from pyg_dist.loader.workers import _context
+    from pyg_dist.loader.workers import worker_context
 
-    ctx = _context()
+    ctx = worker_context()
     out, into = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_send_parent, args=(into,))
     proc.start()
