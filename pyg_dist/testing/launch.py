@@ -94,7 +94,9 @@ def _share_fork_server() -> None:
     from multiprocessing import forkserver, resource_tracker
 
     server = forkserver._forkserver
-    if server._forkserver_address is None or server._forkserver_alive_fd is None:
+    # another Python may keep other internals: then the child starts its own, as before
+    if getattr(server, "_forkserver_address", None) is None or \
+            getattr(server, "_forkserver_alive_fd", None) is None:
         return
 
     def ensure_running() -> None:
