@@ -17,6 +17,7 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
                                      NegativeSampling, NodeSamplerInput, SamplerOutput)
 
 from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.madvise import keep_freed_memory
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.cache import Budget
@@ -85,6 +86,7 @@ class DistNeighborSampler(BaseSampler):
                  seed: Optional[int] = None, feature_cache: Budget = None,
                  wire_dtype: WireSpec = None) -> None:
         features, graph = unpack_stores(data)
+        keep_freed_memory()  # each batch's arrays reuse the last one's pages
         self.features, self.graph, self.meta = features, graph, graph.meta
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr)
