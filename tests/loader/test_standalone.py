@@ -234,3 +234,16 @@ def test_a_type_nothing_was_sampled_of_has_empty_attributes(tmp_path):
     assert writes.edge_attr.size(1) == data["author", "writes", "paper"].edge_attr.size(1)
     assert "x" in batch["author"] and batch["author"].x.size(0) == batch["author"].num_nodes
     loader.close()
+
+
+def test_a_sampler_keeps_freed_memory_for_its_batches(cora1, monkeypatch):
+    """Every process that samples (trainer, sampler worker, DistGraph) builds a
+    DistNeighborSampler, which asks malloc to keep freed blocks
+    (tests/sampler/test_malloc.py: what that does to page faults)."""
+    import pyg_dist.sampler.neighbor_sampler as module
+
+    calls = []
+    monkeypatch.setattr(module, "keep_freed_memory", lambda: calls.append(1) or 64)
+    _, stores, ctx = cora1
+    DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx)
+    assert calls == [1]
