@@ -71,9 +71,12 @@ def _subgraph(sub: SampledSubgraph, feats: FeatureResponse, meta: PartitionMeta,
     for edge_type in meta.edge_types:
         store = data[edge_type]
         store.edge_index = torch.stack([sub.row[edge_type], sub.col[edge_type]])
+        if edge_type in sub.num_sampled_edges:
+            store.num_sampled_edges = sub.num_sampled_edges[edge_type]
+        if edge_type not in sub.edge:  # subgraph_type="bidirectional" (hetero): as PyG,
+            continue                   # no edge ids, so no edge attributes
         store.part_e_id = sub.edge[edge_type]
         store.e_id = original.edges.get(edge_type, empty) if original else store.part_e_id
-        store.num_sampled_edges = sub.num_sampled_edges[edge_type]
         for attr, value in feats.edges.get(edge_type, {}).items():
             store[attr] = value
     return data

@@ -20,6 +20,7 @@ from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.madvise import keep_freed_memory
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler import shared_cache
 from pyg_dist.sampler.checks import check_hop_response
@@ -61,7 +62,9 @@ class DistNeighborSampler(BaseSampler):
         current_ctx (DistContext, optional): this process's context; RPC is joined
             (collectively) on first use if it is not yet.
         replace (bool): sample with replacement.
-        subgraph_type (str): only ``"directional"`` (PyG's default) is supported.
+        subgraph_type (str): ``"directional"`` (PyG's default) or ``"bidirectional"``
+            (every sampled edge also reversed; PyG's conversion, see
+            :mod:`pyg_dist.sampler.bidirectional`). ``"induced"`` is not supported.
         disjoint (bool): a separate subtree per seed.
         temporal_strategy (str): ``"uniform"`` or ``"last"``.
         time_attr (str, optional): node or edge attribute with time (implies
@@ -124,13 +127,15 @@ class DistNeighborSampler(BaseSampler):
                      temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
                      weight_attr: Optional[str] = None) -> SamplingConfig:
         """Checks the sampling options against the graph (no RPC); raises on bad ones."""
-        if str(getattr(subgraph_type, "value", subgraph_type)) not in SUBGRAPH_TYPES:
+        subgraph_type = str(getattr(subgraph_type, "value", subgraph_type))
+        if subgraph_type not in SUBGRAPH_TYPES:
             raise NotImplementedError(f"subgraph_type={subgraph_type!r} is not supported "
-                                      f"(only 'directional')")
+                                      f"(only {' and '.join(map(repr, SUBGRAPH_TYPES))})")
         config = SamplingConfig.build(
             num_neighbors, meta.edge_types, replace=replace,
             disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
-            time_attr=time_attr, weight_attr=weight_attr)
+            time_attr=time_attr, weight_attr=weight_attr,
+            bidirectional=subgraph_type == "bidirectional")
         _check_attr(meta, time_attr, "time_attr", nodes=True)
         _check_attr(meta, weight_attr, "weight_attr", nodes=False)
         return config
@@ -167,7 +172,8 @@ class DistNeighborSampler(BaseSampler):
             plan = self._plan(hop, state, rng)
             responses = await self._run_hop(plan)
             self._merge(state, plan, responses)
-        return state.output(list(self.meta.edge_types))
+        sub = state.output(list(self.meta.edge_types))
+        return bidirectional(sub, self.is_hetero) if self.config.bidirectional else sub
 
     def _plan(self, hop: int, state: HopState, rng: np.random.Generator
               ) -> Dict[int, Tuple[HopRequest, List[tuple]]]:
@@ -343,12 +349,13 @@ class DistNeighborSampler(BaseSampler):
                 node=sub.node[HOMO_NODE], row=sub.row[HOMO_EDGE], col=sub.col[HOMO_EDGE],
                 edge=sub.edge[HOMO_EDGE],
                 batch=sub.batch[HOMO_NODE] if sub.batch is not None else None,
-                num_sampled_nodes=sub.num_sampled_nodes[HOMO_NODE],
-                num_sampled_edges=sub.num_sampled_edges[HOMO_EDGE], metadata=metadata)
-        return HeteroSamplerOutput(
-            node=sub.node, row=sub.row, col=sub.col, edge=sub.edge, batch=sub.batch,
-            num_sampled_nodes=sub.num_sampled_nodes, num_sampled_edges=sub.num_sampled_edges,
-            metadata=metadata)
+                num_sampled_nodes=sub.num_sampled_nodes.get(HOMO_NODE),
+                num_sampled_edges=sub.num_sampled_edges.get(HOMO_EDGE), metadata=metadata)
+        return HeteroSamplerOutput(  # bidirectional: no edge ids or counts, as PyG's
+            node=sub.node, row=sub.row, col=sub.col,
+            edge={t: sub.edge.get(t) for t in sub.row}, batch=sub.batch,
+            num_sampled_nodes=sub.num_sampled_nodes or None,
+            num_sampled_edges=sub.num_sampled_edges or None, metadata=metadata)
 
 
 def pyg_metadata(seeds: Union[NodeSeeds, LinkSeeds]) -> tuple:

@@ -10,7 +10,7 @@ from torch import Tensor
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
-SUBGRAPH_TYPES = ("directional",)
+SUBGRAPH_TYPES = ("directional", "bidirectional")
 NumNeighbors = Union[Sequence[int], Dict[EdgeType, Sequence[int]]]
 
 
@@ -30,6 +30,8 @@ class SamplingConfig:
         time_attr: node or edge attribute holding time; sampled neighbours are never
             newer than their seed. Implies ``disjoint``.
         weight_attr: edge attribute of sampling weights (zero = never sampled).
+        bidirectional: every sampled edge also stands reversed in the batch
+            (:mod:`pyg_dist.sampler.bidirectional`).
     """
     num_neighbors: Dict[EdgeType, List[int]]
     replace: bool = False
@@ -37,6 +39,7 @@ class SamplingConfig:
     temporal_strategy: str = "uniform"
     time_attr: Optional[str] = None
     weight_attr: Optional[str] = None
+    bidirectional: bool = False
 
     @property
     def num_hops(self) -> int:

@@ -193,6 +193,18 @@ def _truth_job(root: str, seeds: Dict, fanout: int) -> Dict:
            "oid": {t: s.oid for t, s in edges.items()},
            "direct": sorted(loader.sampler.group.direct)}
     loader.close()
+    loader = DistNeighborLoader(data=data, num_neighbors=[fanout] * 2,
+                                input_nodes=(node_type, ids) if node_type else ids,
+                                batch_size=ids.numel(), current_ctx=ctx,
+                                subgraph_type="bidirectional")
+    batch = next(iter(loader))
+    ends = {t: (batch[t[0]].n_id, batch[t[2]].n_id) for t in batch.edge_types} if hetero \
+        else {None: (batch.n_id, batch.n_id)}
+    edges = {t: batch[t] for t in batch.edge_types} if hetero else {None: batch}
+    out["bi"] = {t: list(zip(ends[t][0][s.edge_index[0]].tolist(),
+                             ends[t][1][s.edge_index[1]].tolist())) for t, s in edges.items()}
+    out["bi_e_id"] = {t: s.e_id if "e_id" in s else None for t, s in edges.items()}
+    loader.close()
     shutdown_rpc()
     return out
 
@@ -223,6 +235,31 @@ def _truth(data, parts: int, direct: str, tmp_path) -> None:
             key = t or HOMO_EDGE
             assert torch.equal(e_id, got["oid"][t])
             assert set(e_id.tolist()) == taken[key], (rank, key)
+        _check_bidirectional(got, edges, taken, rank)
+
+
+def _check_bidirectional(got: dict, edges: dict, taken: dict, rank: int) -> None:
+    """subgraph_type="bidirectional" on the same seeds: PyG's conversion of the ground
+    truth (every sampled edge also reversed; a hetero type also gets its reverse type's
+    edges transposed, and loses its edge ids)."""
+    from pyg_dist.typing import HOMO_EDGE
+
+    def pairs(t):
+        return {(edges[t][0, e].item(), edges[t][1, e].item()) for e in taken[t]}
+
+    for t, bi in got["bi"].items():
+        key = t or HOMO_EDGE
+        if t is None or key[0] == key[2]:
+            reverse = key
+        else:  # this graph's types from dst to src: one each
+            (reverse,) = [r for r in edges if (r[0], r[2]) == (key[2], key[0])]
+        want = pairs(key) | {(d, s) for s, d in pairs(reverse)}
+        assert set(bi) == want and len(bi) == len(want), (rank, key)  # each pair once
+        e_id = got["bi_e_id"][t]
+        assert (e_id is None) == (t is not None), (rank, key)
+        if e_id is not None:  # homogeneous: each pair keeps the id of one of its edges
+            for (s, d), e in zip(bi, e_id.tolist()):
+                assert (edges[key][0, e].item(), edges[key][1, e].item()) in ((s, d), (d, s))
 
 
 @pytest.mark.timeout(400)

@@ -1,0 +1,104 @@
+"""subgraph_type="bidirectional": batches equal PyG's own conversion of the same
+directional sample (``SamplerOutput.to_bidirectional``), homogeneous and heterogeneous,
+through the sampler's PyG interface and through the loaders (one partition; the
+ground-truth test over 2 and 3 partitions is in tests/distributed/test_loader.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.sampler import NodeSamplerInput
+
+from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
+                      DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner)
+from pyg_dist.rpc import shutdown_rpc
+from pyg_dist.testing.graphs import encode_ids
+
+
+def _one_partition(data, root):
+    Partitioner(data, 1, root, progress=False).generate()
+    return (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
+
+
+@pytest.fixture(scope="module")
+def parts(cora, hetero_graph, tmp_path_factory):
+    out = {"homo": (encode_ids(cora), _one_partition(encode_ids(cora), tmp_path_factory.mktemp("c"))),
+           "hetero": (hetero_graph, _one_partition(hetero_graph, tmp_path_factory.mktemp("h")))}
+    yield out, DistContext(rank=0, world_size=1)
+    shutdown_rpc()
+
+
+def _pairs(row, col, src, dst):
+    return sorted(zip(src[row].tolist(), dst[col].tolist()))
+
+
+@pytest.mark.parametrize("kind,fanout", [("homo", [-1, -1]), ("homo", [3, 2]),
+                                         ("hetero", [-1, -1]), ("hetero", [2, 2])])
+def test_sampler_output_equals_pygs_conversion(parts, kind, fanout):
+    (data, stores), ctx = parts[0][kind], parts[1]
+    hetero = kind == "hetero"
+    seeds = NodeSamplerInput(None, torch.tensor([5, 70, 300, 1200]),
+                             input_type="paper" if hetero else None)
+    kw = dict(num_neighbors=fanout, current_ctx=ctx, seed=3)
+    directional = DistNeighborSampler(stores, **kw).sample_from_nodes(seeds)
+    want = directional.to_bidirectional()
+    got = DistNeighborSampler(stores, subgraph_type="bidirectional",
+                              **kw).sample_from_nodes(seeds)
+    assert got.num_sampled_nodes is None and got.num_sampled_edges is None
+    if not hetero:
+        assert torch.equal(got.node, want.node)
+        assert torch.equal(got.row, want.row) and torch.equal(got.col, want.col)
+        node = directional.node  # the same draws (same seed): its edges' own ids
+        own = dict(zip(zip(node[directional.row].tolist(), node[directional.col].tolist()),
+                       directional.edge.tolist()))
+        pairs = set(zip(got.node[got.row].tolist(), got.node[got.col].tolist()))
+        for e, s, d in zip(got.edge.tolist(), got.node[got.row].tolist(),
+                           got.node[got.col].tolist()):
+            assert e == (own[(s, d)] if (s, d) in own else own[(d, s)]), (s, d)
+            ends = (data.edge_index[0, e].item(), data.edge_index[1, e].item())
+            assert ends in ((s, d), (d, s))  # original ids: the dataset's edge e
+        assert all((d, s) in pairs for s, d in pairs)  # every edge also reversed
+        return
+    assert got.node.keys() == want.node.keys()
+    for t in got.node:
+        assert torch.equal(got.node[t], want.node[t])
+    assert set(got.row) == set(want.row)
+    for t in want.row:
+        assert torch.equal(got.row[t], want.row[t]) and torch.equal(got.col[t], want.col[t])
+        assert (got.edge[t] is None) == (want.edge[t] is None), t
+        if want.edge[t] is not None:
+            assert torch.equal(got.edge[t], want.edge[t])
+    cites = ("paper", "cites", "paper")
+    paper = got.node["paper"]
+    pairs = set(_pairs(got.row[cites], got.col[cites], paper, paper))
+    assert pairs and all((d, s) in pairs for s, d in pairs)
+
+
+def test_loaders_build_bidirectional_batches(parts):
+    (data, stores), ctx = parts[0]["homo"], parts[1]
+    loader = DistNeighborLoader(stores, num_neighbors=[-1, -1], batch_size=8,
+                                input_nodes=torch.arange(16), subgraph_type="bidirectional",
+                                current_ctx=ctx)
+    for batch in loader:
+        pairs = set(zip(batch.n_id[batch.edge_index[0]].tolist(),
+                        batch.n_id[batch.edge_index[1]].tolist()))
+        assert pairs and all((d, s) in pairs for s, d in pairs)
+        assert batch.e_id.numel() == batch.edge_index.size(1)
+        assert "num_sampled_nodes" not in batch
+    loader.close()
+    data, stores = parts[0]["hetero"]
+    loader = DistLinkNeighborLoader(
+        stores, num_neighbors=[2, 2], batch_size=4, subgraph_type="bidirectional",
+        edge_label_index=(("author", "writes", "paper"), data["author", "writes", "paper"]
+                          .edge_index[:, :8]), current_ctx=ctx)
+    for batch in loader:
+        writes, by = batch["author", "writes", "paper"], batch["paper", "written_by", "author"]
+        assert "e_id" not in writes and "e_id" not in by  # as PyG: no ids once merged
+        fwd = set(zip(*writes.edge_index.tolist()))
+        assert fwd == set(zip(*by.edge_index.flip(0).tolist()))
+    loader.close()
+
+
+def test_induced_is_refused_naming_the_choices(parts):
+    (_, stores), ctx = parts[0]["homo"], parts[1]
+    with pytest.raises(NotImplementedError, match="'directional' and 'bidirectional'"):
+        DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx, subgraph_type="induced")
