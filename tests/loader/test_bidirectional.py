@@ -83,6 +83,8 @@ def test_loaders_build_bidirectional_batches(parts):
                         batch.n_id[batch.edge_index[1]].tolist()))
         assert pairs and all((d, s) in pairs for s, d in pairs)
         assert batch.e_id.numel() == batch.edge_index.size(1)
+        assert torch.equal(batch.oid, batch.e_id)  # edge attributes follow the kept ids
+        assert torch.equal(batch.nid, batch.n_id)
         assert "num_sampled_nodes" not in batch
     loader.close()
     data, stores = parts[0]["hetero"]
