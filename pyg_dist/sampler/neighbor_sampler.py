@@ -22,6 +22,7 @@ from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
+from pyg_dist.sampler.induced import induce
 from pyg_dist.sampler import shared_cache
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.features import FeatureFetcher
@@ -30,7 +31,7 @@ from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
 from pyg_dist.sampler.serving import serving_group
-from pyg_dist.sampler.types import (SUBGRAPH_TYPES, HopRequest, HopResponse, LinkSeeds,
+from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
                                     SamplingConfig)
 from pyg_dist.sampler.wire import WireSpec
@@ -62,9 +63,9 @@ class DistNeighborSampler(BaseSampler):
         current_ctx (DistContext, optional): this process's context; RPC is joined
             (collectively) on first use if it is not yet.
         replace (bool): sample with replacement.
-        subgraph_type (str): ``"directional"`` (PyG's default) or ``"bidirectional"``
-            (every sampled edge also reversed; PyG's conversion, see
-            :mod:`pyg_dist.sampler.bidirectional`). ``"induced"`` is not supported.
+        subgraph_type (str): ``"directional"`` (PyG's default), ``"bidirectional"``
+            or ``"induced"``, as PyG (:mod:`pyg_dist.sampler.bidirectional`,
+            :mod:`pyg_dist.sampler.induced`).
         disjoint (bool): a separate subtree per seed.
         temporal_strategy (str): ``"uniform"`` or ``"last"``.
         time_attr (str, optional): node or edge attribute with time (implies
@@ -127,15 +128,11 @@ class DistNeighborSampler(BaseSampler):
                      temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
                      weight_attr: Optional[str] = None) -> SamplingConfig:
         """Checks the sampling options against the graph (no RPC); raises on bad ones."""
-        subgraph_type = str(getattr(subgraph_type, "value", subgraph_type))
-        if subgraph_type not in SUBGRAPH_TYPES:
-            raise NotImplementedError(f"subgraph_type={subgraph_type!r} is not supported "
-                                      f"(only {' and '.join(map(repr, SUBGRAPH_TYPES))})")
         config = SamplingConfig.build(
             num_neighbors, meta.edge_types, replace=replace,
             disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
             time_attr=time_attr, weight_attr=weight_attr,
-            bidirectional=subgraph_type == "bidirectional")
+            subgraph_type=str(getattr(subgraph_type, "value", subgraph_type)))
         _check_attr(meta, time_attr, "time_attr", nodes=True)
         _check_attr(meta, weight_attr, "weight_attr", nodes=False)
         return config
@@ -170,10 +167,12 @@ class DistNeighborSampler(BaseSampler):
                          original_eids=self.original_ids)
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng)
-            responses = await self._run_hop(plan)
+            responses = await self.run_hop(plan)
             self._merge(state, plan, responses)
-        sub = state.output(list(self.meta.edge_types))
-        return bidirectional(sub, self.is_hetero) if self.config.bidirectional else sub
+        sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
+        if kind == "induced":
+            return await induce(self, sub)
+        return bidirectional(sub, self.is_hetero) if kind == "bidirectional" else sub
 
     def _plan(self, hop: int, state: HopState, rng: np.random.Generator
               ) -> Dict[int, Tuple[HopRequest, List[tuple]]]:
@@ -205,7 +204,7 @@ class DistNeighborSampler(BaseSampler):
         book = self.graph.node_book(node_type)
         return split_by_owner(ids, book.offsets, book.name)
 
-    async def _run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]]
+    async def run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]]
                        ) -> Dict[int, HopResponse]:
         """Remote requests first (all in flight), the local part meanwhile; every remote
         response is checked against its request before use."""

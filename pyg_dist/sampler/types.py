@@ -10,7 +10,7 @@ from torch import Tensor
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
-SUBGRAPH_TYPES = ("directional", "bidirectional")
+SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 NumNeighbors = Union[Sequence[int], Dict[EdgeType, Sequence[int]]]
 
 
@@ -30,8 +30,9 @@ class SamplingConfig:
         time_attr: node or edge attribute holding time; sampled neighbours are never
             newer than their seed. Implies ``disjoint``.
         weight_attr: edge attribute of sampling weights (zero = never sampled).
-        bidirectional: every sampled edge also stands reversed in the batch
-            (:mod:`pyg_dist.sampler.bidirectional`).
+        subgraph_type: ``"directional"``; ``"bidirectional"``, every sampled edge also
+            reversed (:mod:`pyg_dist.sampler.bidirectional`); ``"induced"``, every edge
+            between the sampled nodes (:mod:`pyg_dist.sampler.induced`).
     """
     num_neighbors: Dict[EdgeType, List[int]]
     replace: bool = False
@@ -39,7 +40,7 @@ class SamplingConfig:
     temporal_strategy: str = "uniform"
     time_attr: Optional[str] = None
     weight_attr: Optional[str] = None
-    bidirectional: bool = False
+    subgraph_type: str = "directional"
 
     @property
     def num_hops(self) -> int:
@@ -79,6 +80,12 @@ class SamplingConfig:
                              f"got {self.temporal_strategy!r}")
         if self.time_attr is not None and self.weight_attr is not None:
             raise NotImplementedError("weighted temporal sampling is not supported")
+        if self.subgraph_type not in SUBGRAPH_TYPES:
+            raise NotImplementedError(f"subgraph_type={self.subgraph_type!r} is not supported "
+                                      f"(only {', '.join(map(repr, SUBGRAPH_TYPES))})")
+        if self.subgraph_type == "induced" and self.disjoint:
+            raise NotImplementedError("subgraph_type='induced' is not supported with disjoint "
+                                      "or temporal sampling")
 
     @property
     def is_temporal(self) -> bool:

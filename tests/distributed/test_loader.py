@@ -193,18 +193,20 @@ def _truth_job(root: str, seeds: Dict, fanout: int) -> Dict:
            "oid": {t: s.oid for t, s in edges.items()},
            "direct": sorted(loader.sampler.group.direct)}
     loader.close()
-    loader = DistNeighborLoader(data=data, num_neighbors=[fanout] * 2,
-                                input_nodes=(node_type, ids) if node_type else ids,
-                                batch_size=ids.numel(), current_ctx=ctx,
-                                subgraph_type="bidirectional")
-    batch = next(iter(loader))
-    ends = {t: (batch[t[0]].n_id, batch[t[2]].n_id) for t in batch.edge_types} if hetero \
-        else {None: (batch.n_id, batch.n_id)}
-    edges = {t: batch[t] for t in batch.edge_types} if hetero else {None: batch}
-    out["bi"] = {t: list(zip(ends[t][0][s.edge_index[0]].tolist(),
-                             ends[t][1][s.edge_index[1]].tolist())) for t, s in edges.items()}
-    out["bi_e_id"] = {t: s.e_id if "e_id" in s else None for t, s in edges.items()}
-    loader.close()
+    for kind in ("bidirectional", "induced"):
+        loader = DistNeighborLoader(data=data, num_neighbors=[fanout] * 2,
+                                    input_nodes=(node_type, ids) if node_type else ids,
+                                    batch_size=ids.numel(), current_ctx=ctx,
+                                    subgraph_type=kind)
+        batch = next(iter(loader))
+        ends = {t: (batch[t[0]].n_id, batch[t[2]].n_id) for t in batch.edge_types} \
+            if hetero else {None: (batch.n_id, batch.n_id)}
+        edges = {t: batch[t] for t in batch.edge_types} if hetero else {None: batch}
+        out[kind] = {t: list(zip(ends[t][0][s.edge_index[0]].tolist(),
+                                 ends[t][1][s.edge_index[1]].tolist()))
+                     for t, s in edges.items()}
+        out[f"{kind}_e_id"] = {t: s.e_id if "e_id" in s else None for t, s in edges.items()}
+        loader.close()
     shutdown_rpc()
     return out
 
@@ -236,6 +238,7 @@ def _truth(data, parts: int, direct: str, tmp_path) -> None:
             assert torch.equal(e_id, got["oid"][t])
             assert set(e_id.tolist()) == taken[key], (rank, key)
         _check_bidirectional(got, edges, taken, rank)
+        _check_induced(got, edges, nodes, rank)
 
 
 def _check_bidirectional(got: dict, edges: dict, taken: dict, rank: int) -> None:
@@ -247,7 +250,7 @@ def _check_bidirectional(got: dict, edges: dict, taken: dict, rank: int) -> None
     def pairs(t):
         return {(edges[t][0, e].item(), edges[t][1, e].item()) for e in taken[t]}
 
-    for t, bi in got["bi"].items():
+    for t, bi in got["bidirectional"].items():
         key = t or HOMO_EDGE
         if t is None or key[0] == key[2]:
             reverse = key
@@ -255,7 +258,7 @@ def _check_bidirectional(got: dict, edges: dict, taken: dict, rank: int) -> None
             (reverse,) = [r for r in edges if (r[0], r[2]) == (key[2], key[0])]
         want = pairs(key) | {(d, s) for s, d in pairs(reverse)}
         assert set(bi) == want and len(bi) == len(want), (rank, key)  # each pair once
-        e_id = got["bi_e_id"][t]
+        e_id = got["bidirectional_e_id"][t]
         assert (e_id is None) == (t is not None), (rank, key)
         if e_id is not None:  # homogeneous: each pair keeps the id of one of its edges
             for (s, d), e in zip(bi, e_id.tolist()):
@@ -272,3 +275,19 @@ def test_homo_batches_hold_ground_truth_original_ids(cora, parts, direct, tmp_pa
 @pytest.mark.parametrize("parts,direct", [(2, "0"), (3, "1")])
 def test_hetero_batches_hold_ground_truth_original_ids(hetero_graph, parts, direct, tmp_path):
     _truth(encode_ids(hetero_graph), parts, direct, tmp_path)
+
+
+def _check_induced(got: dict, edges: dict, nodes: dict, rank: int) -> None:
+    """subgraph_type="induced" on the same seeds: every edge of the unpartitioned graph
+    between the sampled nodes, once, each with its own original id."""
+    from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+
+    for t, pairs in got["induced"].items():
+        key = t or HOMO_EDGE
+        src = nodes[key[0] if t else HOMO_NODE]
+        dst = nodes[key[2] if t else HOMO_NODE]
+        ei = edges[key]
+        want = [(s, d) for s, d in zip(ei[0].tolist(), ei[1].tolist()) if s in src and d in dst]
+        assert sorted(pairs) == sorted(want), (rank, key)
+        for (s, d), e in zip(pairs, got["induced_e_id"][t].tolist()):
+            assert (ei[0, e].item(), ei[1, e].item()) == (s, d), (rank, key)

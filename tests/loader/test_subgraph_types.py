@@ -1,7 +1,8 @@
-"""subgraph_type="bidirectional": batches equal PyG's own conversion of the same
-directional sample (``SamplerOutput.to_bidirectional``), homogeneous and heterogeneous,
-through the sampler's PyG interface and through the loaders (one partition; the
-ground-truth test over 2 and 3 partitions is in tests/distributed/test_loader.py)."""
+"""subgraph_type: "bidirectional" batches equal PyG's own conversion of the same
+directional sample (``SamplerOutput.to_bidirectional``), "induced" ones hold every edge
+between their nodes; homogeneous and heterogeneous, through the sampler's PyG interface
+and the loaders (one partition; over 2 and 3 partitions: the ground-truth tests of
+tests/distributed/test_loader.py)."""
 from __future__ import annotations
 
 import pytest
@@ -100,7 +101,39 @@ def test_loaders_build_bidirectional_batches(parts):
     loader.close()
 
 
-def test_induced_is_refused_naming_the_choices(parts):
+def _induced_pairs(edge_index, src_ids, dst_ids):
+    """Every edge of the graph between the given nodes, as original id pairs."""
+    keep = torch.isin(edge_index[0], src_ids) & torch.isin(edge_index[1], dst_ids)
+    return sorted(zip(edge_index[0, keep].tolist(), edge_index[1, keep].tolist()))
+
+
+@pytest.mark.parametrize("kind,fanout", [("homo", [3, 2]), ("hetero", [2, 2])])
+def test_induced_batches_hold_every_edge_between_their_nodes(parts, kind, fanout):
+    (data, stores), ctx = parts[0][kind], parts[1]
+    hetero = kind == "hetero"
+    loader = DistNeighborLoader(stores, num_neighbors=fanout, batch_size=4,
+                                input_nodes=("paper", torch.arange(8)) if hetero
+                                else torch.arange(8), subgraph_type="induced",
+                                current_ctx=ctx)
+    for batch in loader:
+        types = batch.edge_types if hetero else [None]
+        for t in types:
+            store, src, dst = (batch[t], batch[t[0]].n_id, batch[t[2]].n_id) if hetero \
+                else (batch, batch.n_id, batch.n_id)
+            ei = data[t].edge_index if hetero else data.edge_index
+            got = sorted(zip(src[store.edge_index[0]].tolist(),
+                             dst[store.edge_index[1]].tolist()))
+            assert got == _induced_pairs(ei, src, dst), t
+            assert torch.equal(ei[:, store.e_id], torch.stack([src[store.edge_index[0]],
+                                                               dst[store.edge_index[1]]]))
+            assert "num_sampled_edges" not in store
+    loader.close()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(subgraph_type="bogus"), "'directional', 'bidirectional', 'induced'"),
+    (dict(subgraph_type="induced", disjoint=True), "induced.*disjoint")])
+def test_unsupported_subgraph_types_are_refused(parts, kwargs, match):
     (_, stores), ctx = parts[0]["homo"], parts[1]
-    with pytest.raises(NotImplementedError, match="'directional' and 'bidirectional'"):
-        DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx, subgraph_type="induced")
+    with pytest.raises(NotImplementedError, match=match):
+        DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx, **kwargs)
