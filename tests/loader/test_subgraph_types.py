@@ -137,3 +137,24 @@ def test_unsupported_subgraph_types_are_refused(parts, kwargs, match):
     (_, stores), ctx = parts[0]["homo"], parts[1]
     with pytest.raises(NotImplementedError, match=match):
         DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx, **kwargs)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_sampler_workers_build_the_same_batches(parts):
+    """The option reaches the sampler workers: their batches equal the trainer's own."""
+    (_, stores), ctx = parts[0]["homo"], parts[1]
+
+    def epoch(kind, workers):
+        loader = DistNeighborLoader(stores, num_neighbors=[3, 2], batch_size=16, seed=5,
+                                    input_nodes=torch.arange(48), subgraph_type=kind,
+                                    num_workers=workers, current_ctx=ctx)
+        out = [(b.n_id, b.edge_index, b.e_id) for b in loader]
+        loader.close()
+        return out
+
+    for kind in ("bidirectional", "induced"):
+        here, there = epoch(kind, 0), epoch(kind, 1)
+        assert len(here) == len(there) == 3
+        for a, b in zip(here, there):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), kind
