@@ -23,6 +23,7 @@ import warnings
 from collections import defaultdict
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -37,9 +38,17 @@ def _union(row: Tensor, col: Tensor, rev_row: Tensor, rev_col: Tensor,
     the first of equal pairs, so a pair sampled as it is keeps its own edge. (PyG's
     coalesce keeps "any" of them: which one is not defined.)"""
     r, c = torch.cat([row, rev_col]), torch.cat([col, rev_row])
-    key, order = torch.sort(c * max(num_src, 1) + r, stable=True)
-    first = torch.ones_like(key, dtype=torch.bool)
-    first[1:] = key[1:] != key[:-1]
+    m, num_src = r.numel(), max(num_src, 1)
+    pair = c * num_src + r
+    if m and (int(c.max()) + 1) * num_src * m < 2**63:
+        # one sort of distinct keys (pair, position): numpy's sort of plain integers is
+        # ~2x faster than a stable sort with its permutation
+        keyed = torch.from_numpy(np.sort((pair * m + torch.arange(m)).numpy()))
+        pair, order = keyed // m, keyed % m
+    else:
+        pair, order = torch.sort(pair, stable=True)
+    first = torch.ones_like(pair, dtype=torch.bool)
+    first[1:] = pair[1:] != pair[:-1]
     kept = order[first]
     return r[kept], c[kept], kept
 

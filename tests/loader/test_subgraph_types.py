@@ -158,3 +158,21 @@ def test_sampler_workers_build_the_same_batches(parts):
         assert len(here) == len(there) == 3
         for a, b in zip(here, there):
             assert all(torch.equal(x, y) for x, y in zip(a, b)), kind
+
+
+def test_both_ways_of_ordering_the_pairs_agree():
+    """The fast path (one sort of distinct integer keys) and the fallback for batches
+    whose keys could overflow (a stable sort) keep the same pairs in the same order."""
+    from pyg_dist.sampler.bidirectional import _union
+
+    g = torch.Generator().manual_seed(0)
+    row, col = torch.randint(0, 5, (40,), generator=g), torch.randint(0, 2, (40,), generator=g)
+    fast = _union(row, col, row, col, num_src=5)
+    slow = _union(row, col, row, col, num_src=2**60)  # keys * positions would overflow
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow))
+    pairs = list(zip(fast[1].tolist(), fast[0].tolist()))
+    assert pairs == sorted(set(pairs))  # by destination, then source; each pair once
+    both = torch.cat([row, col]), torch.cat([col, row])
+    for r, c, k in zip(*fast):  # the first position holding the pair
+        hits = ((both[0] == r) & (both[1] == c)).nonzero().view(-1)
+        assert k == hits.min()
