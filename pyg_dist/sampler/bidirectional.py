@@ -10,8 +10,8 @@ does the same to a sampled subgraph, with the same result:
 - heterogeneous: an edge type whose reverse type was sampled (``(dst, "rev_" + rel,
   src)``, else the only type from ``dst`` to ``src``) gets the union of both, and a
   ``"rev_"`` type the transpose of that; a type from a node type to itself without
-  one, its own reverses. Edge ids are dropped for those types (PyG sets them to ``None``); a type
-  with no reverse stays as sampled, with a warning.
+  one, its own reverses. Edge ids are dropped for those types (PyG sets them to
+  ``None``); a type with no reverse stays as sampled, with a warning.
 
 Either way ``num_sampled_nodes``/``num_sampled_edges`` no longer describe the edges
 (PyG sets them to ``None``): they are left empty.
@@ -86,7 +86,7 @@ def bidirectional(sub: SampledSubgraph, hetero: bool) -> SampledSubgraph:
                               stacklevel=3)
                 continue
             rev = rev or t
-            num_src = sub.node[t[0]].numel()
+            num_src = sub.node[t[0]].numel() if t[0] in sub.node else 0
             row[t], col[t], _ = _union(sub.row[t], sub.col[t], sub.row[rev], sub.col[rev],
                                        num_src)
             untouched[t] = False

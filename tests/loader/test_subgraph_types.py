@@ -22,7 +22,8 @@ def _one_partition(data, root):
 
 @pytest.fixture(scope="module")
 def parts(cora, hetero_graph, tmp_path_factory):
-    out = {"homo": (encode_ids(cora), _one_partition(encode_ids(cora), tmp_path_factory.mktemp("c"))),
+    homo = encode_ids(cora)
+    out = {"homo": (homo, _one_partition(homo, tmp_path_factory.mktemp("c"))),
            "hetero": (hetero_graph, _one_partition(hetero_graph, tmp_path_factory.mktemp("h")))}
     yield out, DistContext(rank=0, world_size=1)
     shutdown_rpc()
