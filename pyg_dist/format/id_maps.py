@@ -8,8 +8,10 @@ and one ``edge_map.pt`` at the root; :func:`read_part_ids` reads a partition's s
 of them (mapped, so only that slice is paged in).
 
 Files hold a tensor (homogeneous graphs) or a dict by node type / ``"src__rel__dst"``
-edge key, and are checked before use: int64, one id per owned node or edge, every id in
-range.
+edge key, and are checked before use: int32 (written when every id fits: 4 bytes per
+owned node or edge) or int64, one id per owned node or edge, every id in range.
+:func:`read_part_ids` gives int64 unless asked for the ids as stored (the stores map
+them so: no private copy).
 """
 from __future__ import annotations
 
@@ -50,8 +52,9 @@ def _by_type(value: object, meta: PartitionMeta, kind: str, path: Path) -> Dict[
 
 
 def _check(ids: object, count: int, total: int, what: str, path: Path) -> Tensor:
-    if not isinstance(ids, Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:
-        raise PartitionFormatError(f"{path}: {what} must be a 1-D int64 tensor")
+    if not isinstance(ids, Tensor) or ids.dtype not in (torch.int64, torch.int32) or \
+            ids.dim() != 1:
+        raise PartitionFormatError(f"{path}: {what} must be a 1-D int64 or int32 tensor")
     if ids.numel() != count:
         raise PartitionFormatError(f"{path}: {what} has {ids.numel()} ids, expected {count}")
     if count and (int(ids.min()) < 0 or int(ids.max()) >= total):
@@ -60,13 +63,16 @@ def _check(ids: object, count: int, total: int, what: str, path: Path) -> Tensor
 
 
 def read_part_ids(root: io.PathLike, meta: PartitionMeta, part: int,
-                  kind: str = "node", verify: bool = False) -> Dict[Group, Tensor]:
+                  kind: str = "node", verify: bool = False,
+                  as_stored: bool = False) -> Dict[Group, Tensor]:
     """Original ids of the nodes partition ``part`` owns (``kind="node"``) or of its
     edges (``"edge"``), per type, in new-id order: new global id ``offsets[part] + i``
     was original id ``ids[i]``.
 
     The file is mapped; its size is checked against the partition's ``MANIFEST.json``
-    (constant time), its digest only with ``verify=True``.
+    (constant time), its digest only with ``verify=True``. The ids come as int64 (a
+    copy where the file stores int32), or with ``as_stored=True`` as the file holds them
+    (int32 or int64, mapped).
 
     Raises:
         PartitionFormatError: naming the file, if it is missing or not as described
@@ -92,7 +98,8 @@ def read_part_ids(root: io.PathLike, meta: PartitionMeta, part: int,
             got[t] = full[offsets[t][part]:offsets[t][part + 1]]
     for t in types:
         lo, hi = offsets[t][part], offsets[t][part + 1]
-        out[t] = _check(got[t], hi - lo, totals[t], f"the ids of {t}", path)
+        ids = _check(got[t], hi - lo, totals[t], f"the ids of {t}", path)
+        out[t] = ids if as_stored else ids.long()
     return out
 
 

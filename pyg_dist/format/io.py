@@ -34,6 +34,7 @@ NODE_IDS_FILE = "node_ids.pt"  # version 2: original ids of the nodes a partitio
 EDGE_IDS_FILE = "edge_ids.pt"  # version 2: original ids of a partition's edges
 PART_FILES = (GRAPH_FILE, NODE_FEATS_FILE, EDGE_FEATS_FILE, SPLITS_FILE)
 ID_FILES = (NODE_IDS_FILE, EDGE_IDS_FILE)
+INT32_MAX = 2**31 - 1  # id files hold int32 when every id is at most this
 
 
 def part_dir(root: PathLike, part: int) -> Path:
@@ -45,7 +46,8 @@ def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_fe
     """Writes the files of ``root/part_<part>/`` (format v2) and, last, its
     ``MANIFEST.json`` with the size and digest of each (:mod:`~pyg_dist.format.manifest`).
     ``node_ids``/``edge_ids`` are keyed by node type / ``"src__rel__dst"`` key;
-    homogeneous graphs store the one tensor. ``graph["uid"]`` goes into the manifest."""
+    homogeneous graphs store the one tensor, each as :func:`narrow_ids` stores it.
+    ``graph["uid"]`` goes into the manifest."""
     folder = part_dir(root, part)
     folder.mkdir()
     save_pt(graph, folder / GRAPH_FILE)
@@ -53,8 +55,19 @@ def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_fe
     save_pt(edge_feats, folder / EDGE_FEATS_FILE)
     save_pt(splits, folder / SPLITS_FILE)
     for ids, name in ((node_ids, NODE_IDS_FILE), (edge_ids, EDGE_IDS_FILE)):
+        ids = {key: narrow_ids(value) for key, value in ids.items()}
         save_pt(ids if hetero else next(iter(ids.values())), folder / name)
     write_manifest(folder, part, graph.get("uid") or "", PART_FILES + ID_FILES)
+
+
+def narrow_ids(ids: torch.Tensor) -> torch.Tensor:
+    """Original ids as an id file stores them: int32 when every id fits (half the bytes
+    every machine maps, and half the memory a sampler reads per drawn edge), else
+    int64. Readers accept both (:mod:`pyg_dist.format.id_maps`)."""
+    ids = torch.as_tensor(ids)
+    if ids.dtype == torch.int64 and (ids.numel() == 0 or int(ids.max()) <= INT32_MAX):
+        return ids.to(torch.int32)
+    return ids
 
 
 def write_manifest(folder: PathLike, part: int, uid: str, names: Iterable[str]) -> None:

@@ -35,7 +35,7 @@ def resolve_input_nodes(graph: LocalGraphStore, input_nodes: InputNodes,
     if ids is None:
         if table is None:
             raise ValueError("input_nodes=None (every owned node) needs the partition's ids")
-        ids = table.table("node", resolved).clone()
+        ids = table.table("node", resolved).to(torch.int64, copy=True)
     ids = as_id_tensor(ids, "input_nodes")
     if ids.dtype == torch.bool:
         if ids.numel() != graph.meta.num_nodes[resolved]:

@@ -252,12 +252,14 @@ def check_index(rows: Tensor, size: int, what: str) -> None:
 
 
 def check_edge_values(values: Optional[Tensor], num_edges: int) -> None:
-    """Raises :class:`ValueError` unless ``values`` is ``None`` or a 1-D int64 tensor
-    with one value per stored edge (what a kernel reads at drawn positions)."""
-    if values is not None and (values.dim() != 1 or values.dtype != torch.int64
+    """Raises :class:`ValueError` unless ``values`` is ``None`` or a 1-D int64 or int32
+    tensor with one value per stored edge (what a kernel reads at drawn positions)."""
+    if values is not None and (values.dim() != 1
+                               or values.dtype not in (torch.int64, torch.int32)
                                or values.numel() != num_edges):
-        raise ValueError(f"edge_values must be a 1-D int64 tensor with one value per edge "
-                         f"({num_edges}), got {values.dtype} of shape {tuple(values.shape)}")
+        raise ValueError(f"edge_values must be a 1-D int64 or int32 tensor with one value "
+                         f"per edge ({num_edges}), got {values.dtype} of shape "
+                         f"{tuple(values.shape)}")
 
 
 def check_sample_args(rows: int, num_edges: int, seeds: Tensor, fanout: int,

@@ -176,7 +176,7 @@ def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values):
         at += k
     nbrs = np.empty(total, dtype=indices.dtype)
     gather = values.shape[0] > 0
-    got = np.empty(total if gather else 0, dtype=values.dtype)
+    got = np.empty(total if gather else 0, dtype=np.int64)  # int32 values are widened
     for j in range(total):
         if j + PREFETCH_AHEAD < total:
             prefetch(indices, pos[j + PREFETCH_AHEAD])
@@ -345,8 +345,9 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
         edge_time (Tensor, optional): per-edge time; needs ``seed_time``.
         seed_time (Tensor, optional): time of every seed; edges newer are skipped.
         temporal_strategy (str): ``"uniform"`` or ``"last"``.
-        edge_values (Tensor, optional): one int64 per stored edge (e.g. original ids),
-            read at the drawn positions in the neighbours' pass (misses overlap).
+        edge_values (Tensor, optional): one int64 or int32 per stored edge (e.g.
+            original ids), read at the drawn positions in the neighbours' pass (misses
+            overlap) and returned as int64.
 
     Returns:
         :class:`SampledHop`.
@@ -359,8 +360,8 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
     seed = np.uint64(int(rng_seed) & 0xFFFFFFFFFFFFFFFF)  # one kernel signature for any seed
     if weights is None and edge_time is None:
         idx = _np(indices, _NP_INT[indices.dtype])
-        values = _np(edge_values, np.int64) if edge_values is not None and indices.numel() \
-            else _NO_VALUES
+        values = _np(edge_values, _NP_INT[edge_values.dtype]) \
+            if edge_values is not None and indices.numel() else _NO_VALUES
         counts, nbrs, pos, got = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed,
                                                  values)
         return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
@@ -373,4 +374,4 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
                                  use_time, use_weight, use_time and temporal_strategy == "last")
     pos_t = torch.from_numpy(pos)
     return SampledHop(torch.from_numpy(counts), indices[pos_t], pos_t,
-                      edge_values[pos_t] if edge_values is not None else None)
+                      edge_values[pos_t].long() if edge_values is not None else None)

@@ -2,7 +2,9 @@
 
 Every copy is checked before the kernel runs (:func:`place` raises ``ValueError``
 rather than read or write outside a tensor); rows that arrive in a wire type
-(:mod:`pyg_dist.sampler.wire`) are cast to the output's type as they are placed.
+(:mod:`pyg_dist.sampler.wire`) are cast to the output's type as they are placed, and
+int32 ids (id files store them so where they fit) are widened to int64 as they are
+copied.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pyg_dist.sampler.kernels import PREFETCH_AHEAD, prefetch
 
 Rows = Union[Tensor, Tuple[int, int]]  # output rows: positions, or a range [start, stop)
 _NO_ROWS = torch.empty(0, dtype=torch.long)
+_WIDENS = ((torch.int32, torch.int64),)  # (source, output) dtypes of 1-D copies that widen
 _JIT = dict(cache=True, nogil=True)
 
 
@@ -55,7 +58,8 @@ def _words(t: Tensor) -> Tuple[np.ndarray, int]:
 
 
 def place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
-    """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``.
+    """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``
+    (of the same dtype, or 1-D int32 into int64).
 
     Raises:
         ValueError: if the copy would leave either tensor (rows out of range, another
@@ -97,7 +101,9 @@ def _index_array(rows: Tensor) -> np.ndarray:
 
 def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
     """Raises unless every row ``place`` would read and write lies inside its tensor."""
-    if src.dtype != out.dtype or src.dim() != out.dim() or src.shape[1:] != out.shape[1:]:
+    widens = (src.dtype, out.dtype) in _WIDENS and src.dim() == 1
+    if (src.dtype != out.dtype and not widens) or src.dim() != out.dim() or \
+            src.shape[1:] != out.shape[1:]:
         raise ValueError(f"cannot copy rows of {src.dtype} {tuple(src.shape[1:])} into "
                          f"rows of {out.dtype} {tuple(out.shape[1:])}: row shape or dtype "
                          f"differs")

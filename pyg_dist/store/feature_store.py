@@ -344,7 +344,7 @@ class LocalFeatureStore(FeatureStore):
         """Original ids of the owned nodes by node type (``None`` for a homogeneous
         graph), row-aligned with the stored tensors, as ``torch_geometric.distributed``'s
         store exposes them."""
-        return {(t if self.meta.is_hetero else None): self.owned_ids(t).ids
+        return {(t if self.meta.is_hetero else None): self.owned_ids(t).ids.long()
                 for t in self.meta.node_types}
 
     @property

@@ -249,7 +249,7 @@ class LocalGraphStore(GraphStore):
         csc = self.csc_by_type[edge_type]
         src, dst = csc.coo()
         eid = self.id_tables.owned("edge", edge_type, self.part).ids
-        eid, order = torch.sort(torch.as_tensor(eid))
+        eid, order = torch.sort(torch.as_tensor(eid).long())
         src = self.id_tables.to_original("node", edge_type[0], src[order])
         dst = self.id_tables.to_original("node", edge_type[2], dst[order])
         return src, dst, eid
@@ -262,8 +262,9 @@ class LocalGraphStore(GraphStore):
         Within a column (row) edges keep original edge id order."""
         layout = EdgeLayout(layout)
         if layout == EdgeLayout.CSC and self._stored_is_original(edge_type):
-            csc = self.csc_by_type[edge_type]  # mapped as stored: no copy
-            return csc.indices, csc.indptr, self.id_tables.owned("edge", edge_type, self.part).ids
+            csc = self.csc_by_type[edge_type]  # the structure mapped as stored: no copy
+            eid = self.id_tables.owned("edge", edge_type, self.part).ids
+            return csc.indices, csc.indptr, eid.long()  # int64 edge ids, as PyG's e_id
         src, dst, eid = self.original_coo(edge_type)
         if layout == EdgeLayout.COO:
             return src, dst, eid

@@ -13,8 +13,8 @@ internal; they are available under explicit names (``batch.part_n_id``/``part_e_
 **The tables.** ``part_<p>/node_ids.pt`` / ``edge_ids.pt`` (format v2; v1's root maps
 are read by :func:`~pyg_dist.format.id_maps.read_part_ids`) hold the original id of
 every row partition ``p`` owns, in row order, *mapped*: every process of a machine
-shares one copy in the page cache (8 bytes per owned node and per owned edge, never a
-private copy of the whole graph). :class:`OwnedIds` answers for one type of one
+shares one copy in the page cache (4 bytes per owned node and per owned edge, int32,
+where every id of the file fits, else 8; never a private copy of the whole graph). :class:`OwnedIds` answers for one type of one
 partition: relabelled -> original is an index into the mapped tensor; original ->
 relabelled is a ``searchsorted`` over it when its ids increase (node ids do: the
 partitioner keeps each partition's nodes in original order, so nothing private is
@@ -83,7 +83,8 @@ class OwnedIds:
     """The original ids of the rows one partition owns, for one node or edge type.
 
     Args:
-        ids (Tensor): original id of every owned row, in row order (1-D int64).
+        ids (Tensor): original id of every owned row, in row order (1-D int64 or
+            int32, as the id file stores it).
         offset (int): relabelled id of row 0.
         total (int): number of ids of this type in the whole graph (ids lie in
             ``[0, total)``).
@@ -202,7 +203,7 @@ class PartitionIds:
         offsets = meta.node_offsets if kind == "node" else meta.edge_offsets
         totals = meta.num_nodes if kind == "node" else meta.num_edges
         if self.root is not None:
-            ids = read_part_ids(self.root, meta, part, kind)
+            ids = read_part_ids(self.root, meta, part, kind, as_stored=True)
         else:
             ids = {t: torch.arange(offsets[t][part], offsets[t][part + 1]) for t in offsets}
         return {t: OwnedIds(v, offsets[t][part], totals[t], _what(kind, t), part)
@@ -212,12 +213,12 @@ class PartitionIds:
         """Original ids of relabelled ids of any partition (each owner's id file is read
         where needed: for a halo, the pages of the halo's ids)."""
         book = self.meta.node_book(group) if kind == "node" else self.meta.edge_book(group)
-        out = torch.empty_like(relabelled)
+        out = torch.empty(relabelled.shape, dtype=torch.int64)
         owner = book.owner(relabelled)
         for part in torch.unique(owner).tolist():
             mask = owner == part
             owned = self.owned(kind, group, part)
-            out[mask] = owned.ids[relabelled[mask] - owned.offset]
+            out[mask] = owned.ids[relabelled[mask] - owned.offset].long()
         return out
 
     def __getstate__(self) -> dict:
@@ -280,13 +281,15 @@ class PartIds:
         return self.tables.owned(kind, group, self.part)
 
     def table(self, kind: str, group: Group) -> Tensor:
-        """Original ids of the owned nodes (``kind="node"``) or edges, in relabelled order."""
+        """Original ids of the owned nodes (``kind="node"``) or edges, in relabelled order,
+        as the id file stores them (mapped; int32 or int64)."""
         return self.owned(kind, group).ids
 
     def original(self, kind: str, group: Group, ids: Tensor) -> Tensor:
         """Original ids of owned relabelled ``ids``."""
         book = self.meta.node_book(group) if kind == "node" else self.meta.edge_book(group)
-        return self.table(kind, group).index_select(0, book.to_local(self.part, ids.long()))
+        table = self.table(kind, group)
+        return table.index_select(0, book.to_local(self.part, ids.long())).long()
 
     def find(self, group: Group, queries: Tensor, kind: str = "node") -> Tensor:
         """Relabelled ids of the original ids ``queries`` (sorted, distinct) this

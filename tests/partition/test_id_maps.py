@@ -64,7 +64,8 @@ def test_v1_folders_read_the_same(v2: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("edit,match", [
     (lambda ids: ids[:-1], "ids, expected"),
-    (lambda ids: ids.int(), "int64"),
+    (lambda ids: ids.short(), "int64 or int32"),
+    (lambda ids: ids.double(), "int64 or int32"),
     (lambda ids: ids + 10**9, "outside"),
     (lambda ids: "text", "tensor|dict"),
 ])
@@ -78,6 +79,35 @@ def test_bad_id_files_are_named(v2: Path, tmp_path: Path, edit, match) -> None:
     with pytest.raises(PartitionFormatError, match=match) as info:
         read_part_ids(root, io.read_meta(root), 1)
     assert "part_1/node_ids.pt" in str(info.value)
+
+
+def test_id_files_hold_int32_where_ids_fit_and_int64_files_still_read(
+        v2: Path, tmp_path: Path) -> None:
+    """Id files are written as int32 when every id fits (4 bytes per node and edge on
+    every machine); readers give int64 unless asked for the ids as stored, and read
+    files that hold int64 (written before) as before."""
+    meta = io.read_meta(v2)
+    for name in io.ID_FILES:
+        value = torch.load(io.part_dir(v2, 0) / name, weights_only=True)
+        for ids in (value.values() if isinstance(value, dict) else [value]):
+            assert ids.dtype == torch.int32
+    stored = read_part_ids(v2, meta, 0, "edge", as_stored=True)
+    wide = read_part_ids(v2, meta, 0, "edge")
+    assert all(stored[t].dtype == torch.int32 and wide[t].dtype == torch.int64
+               and torch.equal(stored[t].long(), wide[t]) for t in wide)
+    assert io.narrow_ids(torch.tensor([0, 2**31 - 1])).dtype == torch.int32
+    assert io.narrow_ids(torch.tensor([0, 2**31])).dtype == torch.int64  # does not fit
+    root = tmp_path / "int64"
+    shutil.copytree(v2, root)
+    for name in io.ID_FILES:
+        path = io.part_dir(root, 1) / name
+        value = torch.load(path, weights_only=True)
+        forge(path, {k: v.long() for k, v in value.items()} if isinstance(value, dict)
+              else value.long())
+    for kind in ("node", "edge"):
+        old, new = read_part_ids(root, meta, 1, kind, as_stored=True), \
+            read_part_ids(v2, meta, 1, kind)
+        assert all(old[t].dtype == torch.int64 and torch.equal(old[t], new[t]) for t in new)
 
 
 def test_missing_id_file_is_named(v2: Path, tmp_path: Path) -> None:

@@ -188,6 +188,24 @@ def test_place_copies_rows_of_every_width_exactly(src):
     assert torch.equal(out, want)
 
 
+def test_place_widens_int32_ids_into_int64_rows():
+    """Id files store int32 where ids fit: the id column is widened as it is copied
+    (gathered, scattered or whole), and only one-word rows widen."""
+    src = torch.arange(2**31 - 60, 2**31, dtype=torch.int32)
+    rows = torch.tensor([59, 0, 7, 7, 31])
+    out = torch.full((7,), -1)
+    _place(out, (1, 6), src, rows)
+    assert out.dtype == torch.int64 and out.tolist() == [-1, *src[rows].tolist(), -1]
+    out = torch.zeros(60, dtype=torch.int64)
+    _place(out, torch.arange(59, -1, -1), src, None)
+    assert torch.equal(out, src.flip(0).long())
+    with pytest.raises(ValueError, match="dtype"):
+        _place(torch.zeros(2, 2, dtype=torch.int64), (0, 2), torch.zeros(2, 2, dtype=torch.int32),
+               None)
+    with pytest.raises(ValueError, match="dtype"):  # never narrows
+        _place(torch.zeros(2, dtype=torch.int32), (0, 2), torch.zeros(2, dtype=torch.int64), None)
+
+
 def test_shares_reject_ids_outside_the_book(hetero_parted):
     book = hetero_parted.meta.node_book("a")
     for bad in (book.total, 10**12, -1):

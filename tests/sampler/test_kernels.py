@@ -260,11 +260,12 @@ def test_edge_values_are_read_at_the_drawn_positions():
     for kwargs in cases:
         for replace in (False, True):
             plain = sample_one_hop(indptr, indices, seeds, 4, replace, 9, **kwargs)
-            hop = sample_one_hop(indptr, indices, seeds, 4, replace, 9, edge_values=values,
-                                 **kwargs)
-            assert plain.values is None
-            assert torch.equal(hop.pos, plain.pos) and torch.equal(hop.nbrs, plain.nbrs)
-            assert hop.pos.numel() > 0 and torch.equal(hop.values, values[hop.pos])
-    for bad in (values[:-1], values.to(torch.int32), values.view(-1, 1)):
-        with pytest.raises(ValueError, match="edge_values must be a 1-D int64 tensor"):
+            for table in (values, values.to(torch.int32)):  # id files store int32 ids
+                hop = sample_one_hop(indptr, indices, seeds, 4, replace, 9,
+                                     edge_values=table, **kwargs)
+                assert plain.values is None and hop.values.dtype == torch.int64
+                assert torch.equal(hop.pos, plain.pos) and torch.equal(hop.nbrs, plain.nbrs)
+                assert hop.pos.numel() > 0 and torch.equal(hop.values, values[hop.pos])
+    for bad in (values[:-1], values.to(torch.int16), values.view(-1, 1)):
+        with pytest.raises(ValueError, match="edge_values must be a 1-D int64 or int32"):
             sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=bad)
