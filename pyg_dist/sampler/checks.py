@@ -262,6 +262,16 @@ def check_edge_values(values: Optional[Tensor], num_edges: int) -> None:
                          f"{tuple(values.shape)}")
 
 
+def check_values_out(out: Tensor) -> None:
+    """Raises :class:`ValueError` unless ``out`` is a contiguous 1-D int64 CPU tensor (a
+    buffer a kernel may write drawn values into)."""
+    if not isinstance(out, Tensor) or out.dim() != 1 or out.dtype != torch.int64 or \
+            not out.is_contiguous() or out.device.type != "cpu":
+        raise ValueError(f"values_out must be a contiguous 1-D int64 CPU tensor, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} of shape "
+                         f"{tuple(getattr(out, 'shape', ()))}")
+
+
 def check_sample_args(rows: int, num_edges: int, seeds: Tensor, fanout: int,
                       weights: Optional[Tensor], edge_time: Optional[Tensor],
                       seed_time: Optional[Tensor], strategy: str) -> None:

@@ -13,11 +13,57 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.node_index import NodeIndex
-from pyg_dist.sampler.types import SampledSubgraph
+from pyg_dist.sampler.types import HopRequest, SampledSubgraph
 from pyg_dist.typing import EdgeType, NodeType
 
 ID_BITS = 40
 ID_MASK = (1 << ID_BITS) - 1
+
+
+class Column:
+    """One int64 column of a batch's sampled edges (their original ids), grown across
+    hops: a piece is copied onto its end, unless a kernel drew it straight into
+    :meth:`spare` (then it costs nothing), so the batch needs no concatenation at the
+    end. The sampler merges its own partition's piece first in every hop, so a spare
+    is always taken up before any other piece is copied in.
+
+    Args:
+        capacity (int): room to start with (what the last batch needed).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.data = torch.empty(max(int(capacity), 0), dtype=torch.long)
+        self.size = 0
+        self.peak = 0  # the most room needed so far (the next batch's capacity)
+
+    def spare(self, n: int) -> Tensor:
+        """The room after the end, at least ``n`` long, for a kernel to draw into."""
+        self._reserve(n)
+        return self.data[self.size:]
+
+    def _reserve(self, n: int) -> None:
+        self.peak = max(self.peak, self.size + n)
+        if self.size + n > self.data.numel():
+            grown = torch.empty(max(2 * self.data.numel(), self.size + n), dtype=torch.long)
+            grown[:self.size] = self.data[:self.size]
+            self.data = grown
+
+    def append(self, piece: Tensor) -> None:
+        """Adds ``piece`` at the end (nothing is copied when it was drawn in place)."""
+        n = piece.numel()
+        if n == 0:
+            return
+        if not (self.size + n <= self.data.numel()
+                and piece.data_ptr() == self.data[self.size:].data_ptr()):
+            self._reserve(n)
+            self.data[self.size:self.size + n] = piece
+        self.size += n
+
+    def result(self) -> Tensor:
+        """The column: a view of the buffer, or a copy where it would hold a third more
+        memory than the column needs."""
+        out = self.data[:self.size]
+        return out if 4 * self.size >= 3 * self.data.numel() else out.clone()
 
 
 @dataclass
@@ -39,14 +85,18 @@ class HopState:
         seed_time: time of each seed (temporal sampling).
         capacity_hint: expected nodes per type (sizes the hash maps).
         original_eids: every hop brings the sampled edges' original ids too (the
-            output's ``original_edge``).
+            output's ``original_edge``, kept in :class:`Column` s).
+        edge_hints: room per edge type of those columns, read at the start and updated
+            at :meth:`output` (the sampler keeps one dict across batches).
     """
 
     def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
                  seed_time: Optional[Dict[NodeType, Tensor]] = None,
-                 capacity_hint: int = 1024, original_eids: bool = False) -> None:
+                 capacity_hint: int = 1024, original_eids: bool = False,
+                 edge_hints: Optional[Dict[EdgeType, int]] = None) -> None:
         self.disjoint = disjoint
-        self.original: Optional[Dict[EdgeType, List[Tensor]]] = {} if original_eids else None
+        self.original: Optional[Dict[EdgeType, Column]] = {} if original_eids else None
+        self.edge_hints = edge_hints if edge_hints is not None else {}
         self.index: Dict[NodeType, NodeIndex] = {}
         self.frontier: Dict[NodeType, Frontier] = {}
         self.num_nodes: Dict[NodeType, List[int]] = {}
@@ -92,7 +142,7 @@ class HopState:
         if self.original is not None:
             if original is None:
                 raise ValueError("this hop state records original edge ids: pass them")
-            self.original.setdefault(edge_type, []).append(original)
+            self._column(edge_type).append(original)
         src_type = edge_type[0]
         if src_type not in self.index:
             self.index[src_type] = NodeIndex(max(self.capacity_hint, nbrs.numel()))
@@ -101,6 +151,21 @@ class HopState:
         self.rows.setdefault(edge_type, []).append(row)
         self.cols.setdefault(edge_type, []).append(col)
         self.eids.setdefault(edge_type, []).append(eids)
+
+    def _column(self, edge_type: EdgeType) -> Column:
+        if edge_type not in self.original:
+            self.original[edge_type] = Column(self.edge_hints.get(edge_type, 0))
+        return self.original[edge_type]
+
+    def spares(self, request: Optional[HopRequest]) -> Optional[List[Optional[Tensor]]]:
+        """Per edge type of this process's own hop ``request``, the room its edges'
+        original ids may be drawn into (``None``: not recorded, or no bound on the
+        draws of a fan-out of -1)."""
+        if self.original is None or request is None:
+            return None
+        return [self._column(t).spare(seeds.numel() * fanout) if fanout >= 0 else None
+                for t, seeds, fanout in zip(request.edge_types, request.seeds,
+                                            request.fanouts)]
 
     def end_hop(self, sampled: Dict[EdgeType, int]) -> None:
         """Closes a hop: the nodes added during it become the next frontier.
@@ -142,8 +207,13 @@ class HopState:
             edge={t: cat(self.eids, t) for t in edge_types}, batch=batch,
             num_sampled_nodes=dict(self.num_nodes),
             num_sampled_edges={t: self.num_edges.get(t, [0] * hops) for t in edge_types},
-            original_edge=None if self.original is None else
-            {t: cat(self.original, t) for t in edge_types})
+            original_edge=None if self.original is None else self._original(edge_types))
+
+    def _original(self, edge_types: List[EdgeType]) -> Dict[EdgeType, Tensor]:
+        for t, column in self.original.items():
+            self.edge_hints[t] = column.peak + column.peak // 8
+        return {t: self.original[t].result() if t in self.original
+                else torch.empty(0, dtype=torch.long) for t in edge_types}
 
 
 def _subtree_time(seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:

@@ -36,7 +36,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch import Tensor
 
-from pyg_dist.sampler.checks import check_csc, check_edge_values, check_sample_args
+from pyg_dist.sampler.checks import (check_csc, check_edge_values, check_sample_args,
+                                     check_values_out)
 
 _JIT = dict(cache=True, nogil=True)
 _FLOYD_MAX = 64  # above this fan-out, partial Fisher-Yates (O(degree)) beats O(k^2) Floyd
@@ -145,11 +146,12 @@ def _rows_of(indptr, seeds, fanout, replace):
 
 
 @numba.njit(**_JIT)
-def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values):
+def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values, out):
     """Uniform sampling as three tight passes (rows, positions, neighbours): within a
     pass the memory accesses are independent, so their cache misses overlap. A
     non-empty ``values`` (one per stored edge) is read at the drawn positions in the
-    neighbours' pass (returned last; empty otherwise)."""
+    neighbours' pass (returned last; empty otherwise), into the front of ``out`` when it
+    is long enough (the caller's buffer: no copy later), else into a new array."""
     start, deg, counts = _rows_of(indptr, seeds, fanout, replace)
     total = 0
     for i in range(counts.shape[0]):
@@ -176,7 +178,10 @@ def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values):
         at += k
     nbrs = np.empty(total, dtype=indices.dtype)
     gather = values.shape[0] > 0
-    got = np.empty(total if gather else 0, dtype=np.int64)  # int32 values are widened
+    if gather and out.shape[0] >= total:
+        got = out[:total]
+    else:
+        got = np.empty(total if gather else 0, dtype=np.int64)  # int32 values are widened
     for j in range(total):
         if j + PREFETCH_AHEAD < total:
             prefetch(indices, pos[j + PREFETCH_AHEAD])
@@ -330,7 +335,8 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
                    replace: bool, rng_seed: int, weights: Optional[Tensor] = None,
                    edge_time: Optional[Tensor] = None, seed_time: Optional[Tensor] = None,
                    temporal_strategy: str = "uniform",
-                   edge_values: Optional[Tensor] = None) -> SampledHop:
+                   edge_values: Optional[Tensor] = None,
+                   values_out: Optional[Tensor] = None) -> SampledHop:
     """Samples in-neighbours of local destination rows ``seeds``.
 
     Args:
@@ -348,6 +354,9 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
         edge_values (Tensor, optional): one int64 or int32 per stored edge (e.g.
             original ids), read at the drawn positions in the neighbours' pass (misses
             overlap) and returned as int64.
+        values_out (Tensor, optional): a contiguous 1-D int64 buffer: when uniform
+            sampling draws at most its length, ``values`` is its front (a view: the
+            caller's concatenation then copies nothing); otherwise it is ignored.
 
     Returns:
         :class:`SampledHop`.
@@ -362,8 +371,12 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
         idx = _np(indices, _NP_INT[indices.dtype])
         values = _np(edge_values, _NP_INT[edge_values.dtype]) \
             if edge_values is not None and indices.numel() else _NO_VALUES
+        out = _NO_VALUES
+        if values_out is not None and values.size:
+            check_values_out(values_out)
+            out = values_out.numpy()
         counts, nbrs, pos, got = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed,
-                                                 values)
+                                                 values, out)
         return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
                           torch.from_numpy(got) if edge_values is not None else None)
     use_time, use_weight = edge_time is not None, weights is not None

@@ -7,7 +7,7 @@ cached.
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -61,8 +61,11 @@ class LocalSampler:
             raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
         return self.ids.original("edge" if isinstance(group, tuple) else "node", group, ids)
 
-    def hop(self, request: HopRequest) -> HopResponse:
-        """Runs one hop for every edge type of the request (from a peer: checked)."""
+    def hop(self, request: HopRequest,
+            values_out: Optional[List[Optional[Tensor]]] = None) -> HopResponse:
+        """Runs one hop for every edge type of the request (from a peer: checked);
+        ``values_out`` (this process's own hops): per edge type, a buffer the edges'
+        original ids may be drawn into (:func:`~pyg_dist.sampler.kernels.sample_one_hop`)."""
         n = len(request.edge_types)
         if not len(request.seeds) == len(request.fanouts) == len(request.seed_time) == n:
             raise ValueError(f"malformed hop request: {n} edge types, {len(request.seeds)} "
@@ -74,7 +77,8 @@ class LocalSampler:
                               request.replace, request.rng_seed + i,
                               request.seed_time[i], request.time_attr,
                               request.temporal_strategy, request.weight_attr,
-                              original_eids=request.original_eids)
+                              original_eids=request.original_eids,
+                              values_out=values_out[i] if values_out else None)
             out.counts.append(hop.counts), out.nbrs.append(hop.nbrs), out.eids.append(hop.pos)
             if request.original_eids:
                 out.original_eids.append(hop.values)
@@ -83,7 +87,8 @@ class LocalSampler:
     def sample(self, edge_type: EdgeType, seeds: Tensor, fanout: int, replace: bool,
                rng_seed: int, seed_time: Optional[Tensor] = None,
                time_attr: Optional[str] = None, strategy: str = "uniform",
-               weight_attr: Optional[str] = None, original_eids: bool = False) -> SampledHop:
+               weight_attr: Optional[str] = None, original_eids: bool = False,
+               values_out: Optional[Tensor] = None) -> SampledHop:
         """Neighbours of owned global ``seeds`` over ``edge_type``.
 
         Returns:
@@ -101,7 +106,8 @@ class LocalSampler:
         hop = sample_one_hop(
             csc.indptr, csc.indices, local, fanout, replace, rng_seed, weights=weights,
             edge_time=edge_time, seed_time=seed_time, temporal_strategy=strategy,
-            edge_values=self.ids.table("edge", edge_type) if original_eids else None)
+            edge_values=self.ids.table("edge", edge_type) if original_eids else None,
+            values_out=values_out)
         self._check_sources(edge_type, hop.nbrs)
         return hop._replace(pos=hop.pos + csc.edge_offset)
 

@@ -104,6 +104,7 @@ class DistNeighborSampler(BaseSampler):
             self._build_cache(feature_cache)
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
         self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
+        self._edge_hints: Dict = {}  # room for a batch's edges' original ids, by type
 
     def _build_cache(self, budget: Budget) -> None:
         """Fills the fetcher's cache, leaving out partitions whose owner holds more than
@@ -164,10 +165,11 @@ class DistNeighborSampler(BaseSampler):
         hint = sum(s.numel() for s in seeds.values()) * (1 + max(fan, 1)) ** min(self.num_hops, 2)
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
-                         original_eids=self.original_ids)
+                         original_eids=self.original_ids, edge_hints=self._edge_hints)
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng)
-            responses = await self.run_hop(plan)
+            own = plan.get(self.group.part, (None,))[0]  # this partition's own request
+            responses = await self.run_hop(plan, state.spares(own))
             self._merge(state, plan, responses)
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
         if kind == "induced":
@@ -204,10 +206,10 @@ class DistNeighborSampler(BaseSampler):
         book = self.graph.node_book(node_type)
         return split_by_owner(ids, book.offsets, book.name)
 
-    async def run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]]
-                       ) -> Dict[int, HopResponse]:
-        """Remote requests first (all in flight), the local part meanwhile; every remote
-        response is checked against its request before use."""
+    async def run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]],
+                      spares: Optional[list] = None) -> Dict[int, HopResponse]:
+        """Remote requests first (all in flight), the local part meanwhile (its edges'
+        original ids drawn into ``spares``); remote responses are checked before use."""
         me = self.group.part
         sent = [((p, self.group.route(p)), req) for p, (req, _) in plan.items() if p != me]
         requests = [(tag, self.group.call_async(tag[1], "sampler.hop", req))
@@ -216,7 +218,7 @@ class DistNeighborSampler(BaseSampler):
 
         def local() -> None:
             if me in plan:
-                responses[me] = self.local.hop(plan[me][0])
+                responses[me] = self.local.hop(plan[me][0], spares)
 
         def check(tag: Tuple[int, int], resp: HopResponse) -> None:
             check_hop_response(plan[tag[0]][0], resp, self.meta.num_nodes,
@@ -229,7 +231,7 @@ class DistNeighborSampler(BaseSampler):
     def _merge(self, state: HopState, plan: Dict[int, Tuple[HopRequest, List[tuple]]],
                responses: Dict[int, HopResponse]) -> None:
         sampled = {t: 0 for t in self.meta.edge_types}
-        for part in sorted(plan):
+        for part in sorted(plan, key=lambda p: (p != self.group.part, p)):  # own part first
             resp = responses[part]
             for i, (edge_type, local, batch) in enumerate(plan[part][1]):
                 counts = resp.counts[i]

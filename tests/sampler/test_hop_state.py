@@ -1,8 +1,11 @@
-"""HopState in one process: frontier, relabelling, disjoint keys and sampled counts."""
+"""HopState in one process: frontier, relabelling, disjoint keys, sampled counts and the
+column of original edge ids."""
 import pytest
 import torch
 
-from pyg_dist.sampler.hop_state import ID_BITS, HopState
+from pyg_dist.sampler.hop_state import ID_BITS, Column, HopState
+from pyg_dist.sampler.kernels import sample_one_hop
+from pyg_dist.sampler.types import HopRequest
 
 AA, AB = ("a", "to", "a"), ("a", "to", "b")  # (src, rel, dst): a-neighbours of a / of b
 T = torch.tensor
@@ -78,3 +81,49 @@ def test_disjoint_ids_that_would_collide_with_the_subtree_bits_are_refused():
                         batch=T([0]))
     with pytest.raises(ValueError, match="non-negative"):
         state.add_edges(AA, col=T([0]), nbrs=T([-1]), eids=T([0]), batch=T([0]))
+
+
+def test_a_column_copies_pieces_and_takes_up_a_spare_drawn_in_place():
+    col = Column(4)
+    col.append(T([1, 2, 3]))
+    spare = col.spare(5)  # grows (3 + 5 > 4), keeping what it held
+    assert spare.numel() >= 5 and col.data[:3].tolist() == [1, 2, 3]
+    spare[:2] = T([40, 41])  # a kernel drew two values in place
+    before = col.data.data_ptr()
+    col.append(spare[:2])
+    col.append(T([7]))  # another owner's piece is copied on
+    out = col.result()
+    assert out.tolist() == [1, 2, 3, 40, 41, 7] and col.data.data_ptr() == before
+    assert col.peak == 8
+    wasteful = Column(100)
+    wasteful.append(T([5, 6]))
+    assert wasteful.result().tolist() == [5, 6]
+    assert wasteful.result().untyped_storage().nbytes() == 16  # a copy, not the 800 bytes
+
+
+def test_own_hops_draw_original_edge_ids_into_the_batch_without_a_concatenation():
+    """The sampler's own part of a hop draws its edges' original ids straight into the
+    batch's column; a peer's piece is copied after it; the next batch starts with the
+    room this one needed, so its column is the very memory its hop drew into."""
+    indptr, indices = T([0, 3, 5, 9]), T([1, 2, 0, 0, 2, 0, 1, 1, 2])
+    table = T([90, 91, 92, 93, 94, 95, 96, 97, 98]).to(torch.int32)
+    request = HopRequest([AA], [T([0, 1, 2])], [2], [None], False, "uniform", None, None, 3,
+                         original_eids=True)
+    hints = {}
+    for batch in range(2):
+        state = HopState({"a": T([0, 1, 2])}, disjoint=False, original_eids=True,
+                         edge_hints=hints)
+        spares = state.spares(request)
+        hop = sample_one_hop(indptr, indices, T([0, 1, 2]), 2, False, 3, edge_values=table,
+                             values_out=spares[0])
+        assert hop.values.data_ptr() == spares[0].data_ptr()  # drawn in place
+        assert torch.equal(hop.values, table[hop.pos].long())
+        col = torch.repeat_interleave(T([0, 1, 2]), hop.counts)
+        state.add_edges(AA, col, hop.nbrs, hop.pos, None, hop.values)
+        state.add_edges(AA, T([0]), T([5]), T([100]), None, T([1234]))  # a peer's piece
+        state.end_hop({AA: hop.nbrs.numel() + 1})
+        out = state.output([AA])
+        assert out.original_edge[AA].tolist() == table[hop.pos].tolist() + [1234]
+        assert hints[AA] >= 7  # the room this batch needed, for the next one
+    assert out.original_edge[AA].data_ptr() == hop.values.data_ptr()  # nothing copied
+    assert HopState({"a": T([0])}, disjoint=False).spares(request) is None  # no ids kept

@@ -266,6 +266,20 @@ def test_edge_values_are_read_at_the_drawn_positions():
                 assert plain.values is None and hop.values.dtype == torch.int64
                 assert torch.equal(hop.pos, plain.pos) and torch.equal(hop.nbrs, plain.nbrs)
                 assert hop.pos.numel() > 0 and torch.equal(hop.values, values[hop.pos])
+    drawn = sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=values).values
+    room = torch.full((drawn.numel() + 3,), -1)
+    hop = sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=values,
+                         values_out=room)  # drawn into the front of the caller's buffer
+    assert hop.values.data_ptr() == room.data_ptr() and torch.equal(hop.values, drawn)
+    assert (room[drawn.numel():] == -1).all()
+    short = torch.full((drawn.numel() - 1,), -1)  # too short: left alone
+    hop = sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=values,
+                         values_out=short)
+    assert torch.equal(hop.values, drawn) and (short == -1).all()
+    for bad_out in (room.int(), room.view(1, -1), room[::2]):
+        with pytest.raises(ValueError, match="values_out must be a contiguous 1-D int64"):
+            sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=values,
+                           values_out=bad_out)
     for bad in (values[:-1], values.to(torch.int16), values.view(-1, 1)):
         with pytest.raises(ValueError, match="edge_values must be a 1-D int64 or int32"):
             sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=bad)
