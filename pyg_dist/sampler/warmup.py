@@ -49,13 +49,18 @@ def _tiny_csc(index_dtype: torch.dtype):
 
 
 def _sampling_kernels() -> None:
-    """Uniform (Floyd, Fisher-Yates, with replacement) for int64 and int32 ``indices``;
+    """Uniform (Floyd, Fisher-Yates, with replacement) for int64 and int32 ``indices``,
+    reading edges' original ids from int64 and int32 tables (id files hold either);
     weighted and temporal (uniform and last) share one kernel."""
     seeds = torch.tensor([0, 1, 2, 2])
     for dtype in (torch.int64, torch.int32):
         indptr, indices = _tiny_csc(dtype)
         for fanout, replace in ((1, False), (70, False), (3, True), (-1, False)):
             kernels.sample_one_hop(indptr, indices, seeds, fanout, replace, 1)
+        for id_dtype in (torch.int64, torch.int32):  # id tables of either dtype
+            ids = torch.arange(indices.numel(), dtype=id_dtype)
+            kernels.sample_one_hop(indptr, indices, seeds, 3, False, 1, edge_values=ids,
+                                   values_out=torch.empty(16, dtype=torch.long))
     indptr, indices = _tiny_csc(torch.int64)
     weights = torch.rand(indices.numel(), dtype=torch.float64)
     edge_time = torch.arange(indices.numel(), dtype=torch.long)
@@ -69,7 +74,8 @@ def _sampling_kernels() -> None:
 
 def _feature_kernels() -> None:
     """Owner grouping, and row copies of every word width rows are copied in
-    (int64, int32, and bytes for rows whose size is not a multiple of 4)."""
+    (int64, int32, and bytes for rows whose size is not a multiple of 4), and int32 ids
+    into int64 rows."""
     routing.split_by_owner(torch.tensor([4, 0, 5, 1]), [0, 3, 6])
     rows = torch.tensor([2, 0])
     for dtype, width in ((torch.int64, 1), (torch.float32, 1), (torch.uint8, 3)):
@@ -77,6 +83,9 @@ def _feature_kernels() -> None:
         src = torch.ones(2, width, dtype=dtype)
         row_copy.place(out, rows, src, None)
         row_copy.place(out, (1, 3), src, torch.tensor([1, 0]))
+    ids = torch.ones(2, dtype=torch.int32)  # an int32 id column, widened as it is copied
+    row_copy.place(torch.zeros(3, dtype=torch.long), rows, ids, None)
+    row_copy.place(torch.zeros(3, dtype=torch.long), (1, 3), ids, torch.tensor([1, 0]))
 
 
 def _index_kernels() -> None:

@@ -46,7 +46,7 @@ def _sample(parted: Parted, part: int, seeds: Dict, **opts) -> HopState:
     meta = parted.meta
     disjoint = opts.get("time_attr") is not None
     seed_time = {t: torch.full((s.numel(),), 60) for t, s in seeds.items()} if disjoint else None
-    state = HopState(seeds, disjoint, seed_time)
+    state = HopState(seeds, disjoint, seed_time, original_eids=True)
     for hop, fanout in enumerate(opts.pop("fanouts", (3, 100))):
         sampled = {}
         for edge_type in meta.edge_types:
@@ -58,14 +58,16 @@ def _sample(parted: Parted, part: int, seeds: Dict, **opts) -> HopState:
             for p in owner.unique().tolist():
                 pos = (owner == p).nonzero().view(-1)
                 time = front.time[pos] if front.time is not None else None
-                counts, nbrs, eids, _ = parted.samplers[p].sample(
+                room = torch.empty(pos.numel() * max(fanout, 0), dtype=torch.long)
+                counts, nbrs, eids, original = parted.samplers[p].sample(
                     edge_type, front.ids[pos], fanout, opts.get("replace", False),
                     2**63 + 17 * hop + p, time, opts.get("time_attr"),
-                    opts.get("strategy", "uniform"), opts.get("weight_attr"))
+                    opts.get("strategy", "uniform"), opts.get("weight_attr"),
+                    original_eids=True, values_out=room)  # ids drawn as loaders draw them
                 col = torch.repeat_interleave(front.local[pos], counts)
                 batch = (torch.repeat_interleave(front.batch[pos], counts)
                          if front.batch is not None else None)
-                state.add_edges(edge_type, col, nbrs, eids, batch)
+                state.add_edges(edge_type, col, nbrs, eids, batch, original)
                 sampled[edge_type] += nbrs.numel()
         state.end_hop(sampled)
     return state
@@ -74,7 +76,7 @@ def _sample(parted: Parted, part: int, seeds: Dict, **opts) -> HopState:
 def _fetch(parted: Parted, part: int, state: HopState) -> None:
     sub = state.output(list(parted.meta.edge_types))
     fetcher = FeatureFetcher(parted.group(part), parted.samplers[part], parted.meta,
-                             max_rpc_bytes=256)
+                             max_rpc_bytes=256, original_ids=True)  # with the id column
     asyncio.run(fetcher.fetch(sub.node, sub.edge, unique=True))
     asyncio.run(fetcher.fetch(sub.node, {}, unique=False))
 
