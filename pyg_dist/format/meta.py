@@ -31,6 +31,7 @@ naming ``META.json`` and the field.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -105,6 +106,12 @@ class PartStats:
                    train_nodes=count(obj["train_nodes"]))
 
 
+@functools.lru_cache(maxsize=1024)
+def _book(offsets: Tuple[int, ...], name: str) -> RangeBook:
+    """One book per distinct offsets (books are read-only; samplers ask for one per hop)."""
+    return RangeBook(offsets, name=name)
+
+
 @dataclass(frozen=True)
 class PartitionMeta:
     """Everything a process needs to know about the whole partitioned graph.
@@ -161,12 +168,12 @@ class PartitionMeta:
 
     def node_book(self, node_type: Optional[NodeType] = None) -> RangeBook:
         node_type = self.node_type(node_type)
-        return RangeBook(self.node_offsets[node_type], name=f"node ids of type '{node_type}'")
+        return _book(tuple(self.node_offsets[node_type]), f"node ids of type '{node_type}'")
 
     def edge_book(self, edge_type: Optional[Any] = None) -> RangeBook:
         edge_type = self.edge_type(edge_type)
-        return RangeBook(self.edge_offsets[edge_type],
-                         name=f"edge ids of type {edge_key(edge_type)}")
+        return _book(tuple(self.edge_offsets[edge_type]),
+                     f"edge ids of type {edge_key(edge_type)}")
 
     # ---- torch_geometric.distributed's dict view ------------------------------
     def __getitem__(self, key: str) -> Any:

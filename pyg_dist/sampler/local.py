@@ -54,12 +54,21 @@ class LocalSampler:
 
     def gather(self, group: Union[NodeType, EdgeType], attr: str, ids: Tensor) -> Tensor:
         """Rows of owned global ``ids`` of an attribute (or of the original ids)."""
-        if attr != ID_ATTR:
-            return self.features.gather(group, attr, ids)
+        return self.gather_rows(group, attr, self.rows(group, ids))
+
+    def rows(self, group: Union[NodeType, EdgeType], ids: Tensor) -> Tensor:
+        """Row positions of owned global ``ids`` (raises for ids of other partitions)."""
         ids = torch.as_tensor(ids)
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
-        return self.ids.original("edge" if isinstance(group, tuple) else "node", group, ids)
+        book = self.graph.edge_book(group) if isinstance(group, tuple) else \
+            self.graph.node_book(group)
+        return book.to_local(self.graph.part, ids.long())
+
+    def gather_rows(self, group: Union[NodeType, EdgeType], attr: str, rows: Tensor) -> Tensor:
+        """Rows ``rows`` (from :meth:`rows`) of an attribute; original ids as int64."""
+        out = self.column(group, attr).index_select(0, rows)
+        return out.long() if attr == ID_ATTR else out
 
     def hop(self, request: HopRequest,
             values_out: Optional[List[Optional[Tensor]]] = None) -> HopResponse:
@@ -191,10 +200,10 @@ class LocalSampler:
         for kind in ("nodes", "edges"):
             attrs, wire = (getattr(request, f"{kind[:-1]}_{x}") for x in ("attrs", "wire"))
             for group, ids in getattr(request, kind).items():
-                cast = wire.get(group, {})
+                cast, wanted = wire.get(group, {}), attrs.get(group, [])
+                rows = self.rows(group, ids) if wanted else None  # once for every attribute
                 getattr(out, kind)[group] = {
-                    a: to_wire(self.gather(group, a, ids), cast.get(a))
-                    for a in attrs.get(group, [])}
+                    a: to_wire(self.gather_rows(group, a, rows), cast.get(a)) for a in wanted}
         return out
 
 
