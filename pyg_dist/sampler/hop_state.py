@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.node_index import NodeIndex
-from pyg_dist.sampler.types import HopRequest, SampledSubgraph
+from pyg_dist.sampler.types import HopRequest, HopResponse, SampledSubgraph
 from pyg_dist.typing import EdgeType, NodeType
 
 ID_BITS = 40
@@ -24,8 +24,9 @@ class Column:
     """One int64 column of a batch's sampled edges (their original ids), grown across
     hops: a piece is copied onto its end, unless a kernel drew it straight into
     :meth:`spare` (then it costs nothing), so the batch needs no concatenation at the
-    end. The sampler merges its own partition's piece first in every hop, so a spare
-    is always taken up before any other piece is copied in.
+    end. Pieces drawn in place are appended in the order their room was handed out
+    (the sampler merges the hops run in this process first, in that order), so each
+    is found where it was drawn.
 
     Args:
         capacity (int): room to start with (what the last batch needed).
@@ -36,10 +37,11 @@ class Column:
         self.size = 0
         self.peak = 0  # the most room needed so far (the next batch's capacity)
 
-    def spare(self, n: int) -> Tensor:
-        """The room after the end, at least ``n`` long, for a kernel to draw into."""
-        self._reserve(n)
-        return self.data[self.size:]
+    def spare(self, n: int, ahead: int = 0) -> Tensor:
+        """Room for a kernel to draw at least ``n`` values into, after the end and the
+        ``ahead`` values that pieces to be appended before this one take."""
+        self._reserve(ahead + n)
+        return self.data[self.size + ahead:]
 
     def _reserve(self, n: int) -> None:
         self.peak = max(self.peak, self.size + n)
@@ -96,6 +98,7 @@ class HopState:
                  edge_hints: Optional[Dict[EdgeType, int]] = None) -> None:
         self.disjoint = disjoint
         self.original: Optional[Dict[EdgeType, Column]] = {} if original_eids else None
+        self._drawn: Dict[EdgeType, int] = {}  # this hop's values drawn into spares so far
         self.edge_hints = edge_hints if edge_hints is not None else {}
         self.index: Dict[NodeType, NodeIndex] = {}
         self.frontier: Dict[NodeType, Frontier] = {}
@@ -158,14 +161,22 @@ class HopState:
         return self.original[edge_type]
 
     def spares(self, request: Optional[HopRequest]) -> Optional[List[Optional[Tensor]]]:
-        """Per edge type of this process's own hop ``request``, the room its edges'
-        original ids may be drawn into (``None``: not recorded, or no bound on the
-        draws of a fan-out of -1)."""
+        """Per edge type of a hop ``request`` run in this process (its own partition's,
+        or a same-machine partition's read directly), the room its edges' original ids
+        may be drawn into: after those that requests before it in this hop drew (see
+        :meth:`drew`; ``None``: not recorded, or no bound on a fan-out of -1)."""
         if self.original is None or request is None:
             return None
-        return [self._column(t).spare(seeds.numel() * fanout) if fanout >= 0 else None
+        return [self._column(t).spare(seeds.numel() * fanout, self._drawn.get(t, 0))
+                if fanout >= 0 else None
                 for t, seeds, fanout in zip(request.edge_types, request.seeds,
                                             request.fanouts)]
+
+    def drew(self, request: HopRequest, response: HopResponse) -> None:
+        """Records a response to a request given :meth:`spares`: the next request's room
+        starts after its pieces (merged in the same order)."""
+        for t, values in zip(request.edge_types, response.original_eids or ()):
+            self._drawn[t] = self._drawn.get(t, 0) + values.numel()
 
     def end_hop(self, sampled: Dict[EdgeType, int]) -> None:
         """Closes a hop: the nodes added during it become the next frontier.
@@ -175,6 +186,7 @@ class HopState:
         for edge_type, n in sampled.items():
             self.num_edges.setdefault(edge_type, []).append(n)
         self.hops_done += 1
+        self._drawn = {}
         self.frontier = {}
         for node_type, index in self.index.items():
             before = sum(self.num_nodes[node_type])

@@ -19,13 +19,13 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.madvise import keep_freed_memory
 from pyg_dist.rpc.context import DistContext, check_context
-from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.rpc.routing import split_by_owner
 from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.induced import induce
-from pyg_dist.sampler import shared_cache
-from pyg_dist.sampler.checks import check_hop_response
+from pyg_dist.sampler import hop_round, shared_cache
 from pyg_dist.sampler.features import FeatureFetcher
+from pyg_dist.sampler.hop_round import Plan
 from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
@@ -168,18 +168,16 @@ class DistNeighborSampler(BaseSampler):
                          original_eids=self.original_ids, edge_hints=self._edge_hints)
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng)
-            own = plan.get(self.group.part, (None,))[0]  # this partition's own request
-            responses = await self.run_hop(plan, state.spares(own))
-            self._merge(state, plan, responses)
+            responses = await self.run_hop(plan, state)
+            hop_round.merge(self.group, self.meta, state, plan, responses)
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
         if kind == "induced":
             return await induce(self, sub)
         return bidirectional(sub, self.is_hetero) if kind == "bidirectional" else sub
 
-    def _plan(self, hop: int, state: HopState, rng: np.random.Generator
-              ) -> Dict[int, Tuple[HopRequest, List[tuple]]]:
+    def _plan(self, hop: int, state: HopState, rng: np.random.Generator) -> Plan:
         """Splits the frontier by owner: per partition, a request and where rows go."""
-        plan: Dict[int, Tuple[HopRequest, List[tuple]]] = {}
+        plan: Plan = {}
         rng_seed = int(rng.integers(0, 2**62))
         for edge_type in self.meta.edge_types:
             fanout = self.config.num_neighbors[edge_type][hop]
@@ -206,41 +204,10 @@ class DistNeighborSampler(BaseSampler):
         book = self.graph.node_book(node_type)
         return split_by_owner(ids, book.offsets, book.name)
 
-    async def run_hop(self, plan: Dict[int, Tuple[HopRequest, List[tuple]]],
-                      spares: Optional[list] = None) -> Dict[int, HopResponse]:
-        """Remote requests first (all in flight), the local part meanwhile (its edges'
-        original ids drawn into ``spares``); remote responses are checked before use."""
-        me = self.group.part
-        sent = [((p, self.group.route(p)), req) for p, (req, _) in plan.items() if p != me]
-        requests = [(tag, self.group.call_async(tag[1], "sampler.hop", req))
-                    for tag, req in sent]
-        responses: Dict[int, HopResponse] = {}
-
-        def local() -> None:
-            if me in plan:
-                responses[me] = self.local.hop(plan[me][0], spares)
-
-        def check(tag: Tuple[int, int], resp: HopResponse) -> None:
-            check_hop_response(plan[tag[0]][0], resp, self.meta.num_nodes,
-                               self.group.describe(tag[1]), num_edges=self.meta.num_edges)
-            responses[tag[0]] = resp
-
-        await fan_out(requests, local, check)
-        return responses
-
-    def _merge(self, state: HopState, plan: Dict[int, Tuple[HopRequest, List[tuple]]],
-               responses: Dict[int, HopResponse]) -> None:
-        sampled = {t: 0 for t in self.meta.edge_types}
-        for part in sorted(plan, key=lambda p: (p != self.group.part, p)):  # own part first
-            resp = responses[part]
-            for i, (edge_type, local, batch) in enumerate(plan[part][1]):
-                counts = resp.counts[i]
-                col = torch.repeat_interleave(local, counts)
-                nbr_batch = torch.repeat_interleave(batch, counts) if batch is not None else None
-                state.add_edges(edge_type, col, resp.nbrs[i], resp.eids[i], nbr_batch,
-                                resp.original_eids[i] if resp.original_eids else None)
-                sampled[edge_type] += int(resp.nbrs[i].numel())
-        state.end_hop(sampled)
+    async def run_hop(self, plan: Plan, state: Optional[HopState] = None
+                      ) -> Dict[int, HopResponse]:
+        """One hop's requests, answered (:func:`pyg_dist.sampler.hop_round.run`)."""
+        return await hop_round.run(self.group, self.local, self.meta, plan, state)
 
     async def _node_time(self, seeds: Dict[NodeType, Tensor]) -> Dict[NodeType, Tensor]:
         attr = self.config.time_attr

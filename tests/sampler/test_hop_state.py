@@ -5,7 +5,7 @@ import torch
 
 from pyg_dist.sampler.hop_state import ID_BITS, Column, HopState
 from pyg_dist.sampler.kernels import sample_one_hop
-from pyg_dist.sampler.types import HopRequest
+from pyg_dist.sampler.types import HopRequest, HopResponse
 
 AA, AB = ("a", "to", "a"), ("a", "to", "b")  # (src, rel, dst): a-neighbours of a / of b
 T = torch.tensor
@@ -127,3 +127,36 @@ def test_own_hops_draw_original_edge_ids_into_the_batch_without_a_concatenation(
         assert hints[AA] >= 7  # the room this batch needed, for the next one
     assert out.original_edge[AA].data_ptr() == hop.values.data_ptr()  # nothing copied
     assert HopState({"a": T([0])}, disjoint=False).spares(request) is None  # no ids kept
+
+
+def test_hops_run_here_draw_one_after_another_into_the_batch():
+    """Several hops run in this process in one hop round (own partition, then a partition
+    read directly on this machine) each get room after what the ones before drew, even
+    when the column grows between them: every piece lands where it is appended, in order,
+    and the column equals their concatenation."""
+    indptr, indices = T([0, 3, 5, 9]), T([1, 2, 0, 0, 2, 0, 1, 1, 2])
+    table = T([90, 91, 92, 93, 94, 95, 96, 97, 98]).to(torch.int32)
+    for capacity in (0, 64):  # grows between the two requests / room for both from the start
+        state = HopState({"a": T([0, 1, 2])}, disjoint=False, original_eids=True,
+                         edge_hints={AA: capacity})
+        pieces = []
+        for rng_seed, seeds in ((3, T([0, 1, 2])), (4, T([2, 0]))):  # own, then direct
+            request = HopRequest([AA], [seeds], [2], [None], False, "uniform", None, None,
+                                 rng_seed, original_eids=True)
+            spares = state.spares(request)
+            hop = sample_one_hop(indptr, indices, seeds, 2, False, rng_seed,
+                                 edge_values=table, values_out=spares[0])
+            assert hop.values.data_ptr() == spares[0].data_ptr()  # drawn into its room
+            state.drew(request, HopResponse([hop.counts], [hop.nbrs], [hop.pos], [hop.values]))
+            pieces.append((seeds, hop))
+        for seeds, hop in pieces:  # merged in the order the room was handed out
+            state.add_edges(AA, torch.repeat_interleave(seeds, hop.counts), hop.nbrs, hop.pos,
+                            None, hop.values)
+        state.end_hop({AA: sum(h.nbrs.numel() for _, h in pieces)})
+        column = state.original[AA]
+        assert column.result().tolist() == [v for _, h in pieces for v in table[h.pos].tolist()]
+        if capacity:  # nothing was copied: the second piece was drawn right after the first
+            first = pieces[0][1].values
+            assert first.data_ptr() == column.data.data_ptr()
+            assert pieces[1][1].values.data_ptr() == column.data[first.numel():].data_ptr()
+        assert state.spares(request)[0].data_ptr() == column.data[column.size:].data_ptr()
