@@ -85,6 +85,21 @@ def check_feature_response(request: FeatureRequest, response: object,
                             peer, callee, f"{_name(group)}, attribute '{attr}'")
 
 
+def check_direct_rows(column: Tensor, out: Tensor, peer: str, group: Group, attr: str,
+                      ids: bool = False) -> None:
+    """Raises :class:`RemoteResponseError` unless the rows of a partition read directly on
+    this machine (``column``: what its owner would send) fit the output ``out``: the same
+    per-row shape and dtype (``ids``: the original-id column, whose int32 files widen into
+    int64). Row positions are then checked by the copy itself."""
+    widens = ids and column.dtype == torch.int32 and out.dtype == torch.int64
+    if (column.dtype != out.dtype and not widens) or column.dim() != out.dim() or \
+            tuple(column.shape[1:]) != tuple(out.shape[1:]):
+        _fail(peer, "sampler.features", f"{_name(group)}, attribute '{attr}': expected rows "
+                                        f"of {out.dtype} and shape {tuple(out.shape[1:])}, "
+                                        f"its files hold {column.dtype} rows of shape "
+                                        f"{tuple(column.shape[1:])}")
+
+
 def _check_rows(value: object, num_rows: int, layout: RowLayout, peer: str, callee: str,
                 where: str) -> None:
     if not isinstance(value, Tensor):

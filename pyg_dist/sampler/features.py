@@ -4,9 +4,11 @@ Requests to remote partitions go out first, all in flight at once: one request p
 partition carries every node and edge type, split into several requests when the
 response would exceed ``max_rpc_bytes`` (bounded buffers are reused by the
 allocator instead of being faulted in afresh on both sides, and the sender gathers
-the next piece while the previous one is on the wire). Meanwhile the local rows are
-gathered straight into the output, and every response is copied once, into its
-rows of the output. Deduplication (``unique=True``) is a hash map, O(ids).
+the next piece while the previous one is on the wire). Meanwhile the rows of this
+process's partition and of partitions read directly on this machine
+(:mod:`pyg_dist.sampler.direct`) are gathered straight into the output, and every
+response is copied once, into its rows of the output. Deduplication (``unique=True``)
+is a hash map, O(ids).
 
 Every response is checked against its request and the local schema before a row is
 copied (:func:`~pyg_dist.sampler.checks.check_feature_response`): a peer that sends
@@ -28,7 +30,8 @@ from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
-from pyg_dist.sampler.checks import RowLayout, check_feature_response
+from pyg_dist.sampler.checks import (RowLayout, check_direct_rows,
+                                    check_feature_response)
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.madvise import empty_large
 from pyg_dist.sampler.local import LocalSampler
@@ -92,7 +95,6 @@ class _Pending:
     pieces: List[Tuple[_Job, _Share]]
     future: object
     wired: bool = False  # some attributes asked in their wire type
-    direct: bool = False  # served from a same-machine partition's files, not the network
 
 
 def _dedupe(ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
@@ -234,8 +236,8 @@ class FeatureFetcher:
             for job in jobs:
                 self._allocate(job)
                 for share in job.shares:
-                    if share.part == self.group.part:
-                        self._gather_local(job, share)
+                    if share.part == self.group.part or share.part in self.group.direct:
+                        self._gather_here(job, share)
                 if job.cached is not None and self.cache is not None:
                     for attr in job.attrs:
                         place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
@@ -256,8 +258,7 @@ class FeatureFetcher:
                 got = getattr(response, job.kind)[job.group]
                 for attr in job.attrs:
                     place_cast(job.out[attr], share.rows, got[attr])
-            if not sent.direct:
-                self.stats.count(response)
+            self.stats.count(response)
 
         await fan_out([(p, p.future) for p in pending], local, arrived)
         return self._result(jobs)
@@ -315,17 +316,27 @@ class FeatureFetcher:
             shape, dtype = self._layout(job, attr)
             job.out[attr] = empty_large((job.num_rows, *shape), dtype)
 
-    def _gather_local(self, job: _Job, share: _Share) -> None:
-        rows = share.ids - self._books[job.group].start(share.part)
+    def _gather_here(self, job: _Job, share: _Share) -> None:
+        """Rows of this process's partition, or of one read directly on this machine
+        (what its owner would send, from this process's mapping of the same files),
+        copied straight into the output: no response in between."""
+        own = share.part == self.group.part
+        sampler = self.local if own else self.group.direct[share.part]["sampler"]
+        rows = share.ids - self._books[job.group].start(share.part)  # owned: split by book
         for attr in job.attrs:
-            place(job.out[attr], share.rows, self.local.column(job.group, attr), rows)
+            column = sampler.column(job.group, attr)
+            if not own:
+                self.group.direct_calls += 1
+                check_direct_rows(column, job.out[attr],
+                                  self.group.describe(self.group.route(share.part)),
+                                  job.group, attr, ids=attr == ID_ATTR)
+            place(job.out[attr], share.rows, column, rows)
 
     def _send(self, jobs: List[_Job], wire: bool = True) -> List[_Pending]:
-        """Issues every remote request; returns them with their futures. Rows read
-        directly from a same-machine partition never travel, so are never cast."""
+        """Issues every remote request; returns them with their futures."""
         pending = []
         for part, pieces in self._pack(jobs).items():
-            wired = wire and bool(self.wire) and part not in self.group.direct
+            wired = wire and bool(self.wire)
             for batch in pieces:
                 req = FeatureRequest()
                 for job, share in batch:
@@ -337,20 +348,19 @@ class FeatureFetcher:
                         getattr(req, f"{prefix}_wire")[job.group] = dict(cast)
                 rank = self.group.route(part)
                 fut = self.group.call_async(rank, "sampler.features", req)
-                pending.append(_Pending(rank, req, batch, fut, wired,
-                                        part in self.group.direct))
+                pending.append(_Pending(rank, req, batch, fut, wired))
         return pending
 
     def _pack(self, jobs: List[_Job]) -> Dict[int, List[List[Tuple[_Job, _Share]]]]:
-        """Remote pieces per partition, packed into requests of bounded response size
-        (each type at most once per request)."""
+        """Pieces of remote partitions (not read here), packed into requests of bounded
+        response size (each type at most once per request)."""
         packed: Dict[int, List[List[Tuple[_Job, _Share]]]] = {}
         used: Dict[int, int] = {}
         for job in jobs:
             row_bytes = self._row_bytes(job)
             per_piece = max(self.max_rpc_bytes // row_bytes, 1)
             for share in job.shares:
-                if share.part == self.group.part:
+                if share.part == self.group.part or share.part in self.group.direct:
                     continue
                 for piece in _split(share, per_piece):
                     size = piece.ids.numel() * row_bytes

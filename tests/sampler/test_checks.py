@@ -185,3 +185,22 @@ def test_the_owner_sends_each_sampled_edge_s_original_id(homo_parted):
             assert torch.equal(resp.original_eids[0], oid[resp.eids[0]])
         req.original_eids = False
         assert sampler.hop(req).original_eids == []
+
+
+def test_rows_read_directly_must_fit_the_output_naming_the_partition():
+    """A same-machine partition's rows are copied straight into the output: another
+    dtype or row shape in its files is refused naming its owner (int32 original ids
+    widen into int64; no other attribute widens)."""
+    from pyg_dist.sampler.checks import check_direct_rows
+
+    out = torch.empty(4, 3)
+    peer = "worker w1 (rank 1, partition 1)"
+    check_direct_rows(torch.zeros(10, 3), out, peer, "paper", "x")
+    check_direct_rows(torch.zeros(10, dtype=torch.int32), torch.empty(4, dtype=torch.long),
+                      peer, "paper", "__original_id__", ids=True)
+    bad = [(torch.zeros(10, 4), out), (torch.zeros(10, 3, dtype=torch.float64), out),
+           (torch.zeros(10), out), (torch.zeros(10, dtype=torch.int32),
+                                    torch.empty(4, dtype=torch.long))]
+    for column, into in bad:
+        with pytest.raises(RemoteResponseError, match=r"rank 1, partition 1.*'paper'.*'x'"):
+            check_direct_rows(column, into, peer, "paper", "x")
