@@ -31,7 +31,7 @@ from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
 from pyg_dist.sampler.checks import (RowLayout, check_direct_rows,
-                                    check_feature_response)
+                                    check_feature_response, check_index)
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.madvise import empty_large
 from pyg_dist.sampler.local import LocalSampler
@@ -323,14 +323,16 @@ class FeatureFetcher:
         own = share.part == self.group.part
         sampler = self.local if own else self.group.direct[share.part]["sampler"]
         rows = share.ids - self._books[job.group].start(share.part)  # owned: split by book
-        for attr in job.attrs:
-            column = sampler.column(job.group, attr)
+        columns = {attr: sampler.column(job.group, attr) for attr in job.attrs}
+        below = min(c.size(0) for c in columns.values())
+        check_index(rows, below, f"rows of partition {share.part}")  # once for every column
+        for attr, column in columns.items():
             if not own:
                 self.group.direct_calls += 1
                 check_direct_rows(column, job.out[attr],
                                   self.group.describe(self.group.route(share.part)),
                                   job.group, attr, ids=attr == ID_ATTR)
-            place(job.out[attr], share.rows, column, rows)
+            place(job.out[attr], share.rows, column, rows, src_rows_below=below)
 
     def _send(self, jobs: List[_Job], wire: bool = True) -> List[_Pending]:
         """Issues every remote request; returns them with their futures."""

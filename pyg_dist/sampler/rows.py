@@ -57,15 +57,19 @@ def _words(t: Tensor) -> Tuple[np.ndarray, int]:
     return raw.reshape(-1).numpy(), raw.size(1)
 
 
-def place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
+def place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor],
+          src_rows_below: Optional[int] = None) -> None:
     """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``
-    (of the same dtype, or 1-D int32 into int64).
+    (of the same dtype, or 1-D int32 into int64). ``src_rows_below``: the caller already
+    checked (:func:`~pyg_dist.sampler.checks.check_index`) that ``src_rows`` lie in
+    ``[0, src_rows_below)``, e.g. once for several columns read at the same rows; only
+    ``src_rows_below <= len(src)`` is then checked here.
 
     Raises:
         ValueError: if the copy would leave either tensor (rows out of range, another
             row shape or dtype, row counts that differ): the kernel never does.
     """
-    _check_copy(out, out_rows, src, src_rows)
+    _check_copy(out, out_rows, src, src_rows, src_rows_below)
     if out.dim() > 1 and out.shape[1:].numel() == 0:  # zero-width rows
         return
     src = src.detach()
@@ -99,7 +103,8 @@ def _index_array(rows: Tensor) -> np.ndarray:
     return rows.detach().contiguous().numpy().astype(np.int64, copy=False)
 
 
-def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor]) -> None:
+def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor],
+                src_rows_below: Optional[int] = None) -> None:
     """Raises unless every row ``place`` would read and write lies inside its tensor."""
     widens = (src.dtype, out.dtype) in _WIDENS and src.dim() == 1
     if (src.dtype != out.dtype and not widens) or src.dim() != out.dim() or \
@@ -110,7 +115,11 @@ def _check_copy(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Ten
     if not out.is_contiguous() or out.device.type != "cpu" or src.device.type != "cpu":
         raise ValueError("rows are copied between CPU tensors into a contiguous output")
     n = src.size(0) if src_rows is None else src_rows.numel()
-    if src_rows is not None:
+    if src_rows is not None and src_rows_below is not None and src_rows.numel():
+        if src_rows_below > src.size(0):
+            raise ValueError(f"source rows checked below {src_rows_below}, but the source "
+                             f"has {src.size(0)} rows")
+    elif src_rows is not None:
         check_index(src_rows, src.size(0), "source rows")
     if isinstance(out_rows, tuple):
         lo, hi = int(out_rows[0]), int(out_rows[1])

@@ -170,6 +170,17 @@ def test_place_rejects_inputs_it_cannot_copy_safely():
             _place(out_, rows, src_, src_rows)
 
 
+def test_place_trusts_rows_checked_once_only_within_the_bound_checked():
+    """Several columns read at the same rows check them once (``src_rows_below``): a
+    column shorter than that bound is still refused before anything is read."""
+    src = torch.arange(12, dtype=torch.float32).view(4, 3)
+    out = torch.zeros(2, 3)
+    _place(out, (0, 2), src, torch.tensor([3, 1]), src_rows_below=4)
+    assert torch.equal(out, src[[3, 1]])
+    with pytest.raises(ValueError, match="checked below 5, but the source has 4 rows"):
+        _place(out, (0, 2), src, torch.tensor([4, 1]), src_rows_below=5)
+
+
 @pytest.mark.parametrize("src", [torch.arange(100, 160), torch.arange(60, dtype=torch.int32),
                                  torch.rand(60, 1), torch.rand(60, 5), torch.rand(60, 33)])
 def test_place_copies_rows_of_every_width_exactly(src):
