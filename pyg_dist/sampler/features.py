@@ -326,9 +326,10 @@ class FeatureFetcher:
         columns = {attr: sampler.column(job.group, attr) for attr in job.attrs}
         below = min(c.size(0) for c in columns.values())
         check_index(rows, below, f"rows of partition {share.part}")  # once for every column
+        if not own:
+            self.group.direct_calls += 1  # one read of a direct partition
         for attr, column in columns.items():
             if not own:
-                self.group.direct_calls += 1
                 check_direct_rows(column, job.out[attr],
                                   self.group.describe(self.group.route(share.part)),
                                   job.group, attr, ids=attr == ID_ATTR)

@@ -52,10 +52,6 @@ class LocalSampler:
             return self.ids.table("edge" if isinstance(group, tuple) else "node", group)
         return self.features.tensor(group, attr)
 
-    def gather(self, group: Union[NodeType, EdgeType], attr: str, ids: Tensor) -> Tensor:
-        """Rows of owned global ``ids`` of an attribute (or of the original ids)."""
-        return self.gather_rows(group, attr, self.rows(group, ids))
-
     def rows(self, group: Union[NodeType, EdgeType], ids: Tensor) -> Tensor:
         """Row positions of owned global ``ids`` (raises for ids of other partitions)."""
         ids = torch.as_tensor(ids)
