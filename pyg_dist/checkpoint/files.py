@@ -15,8 +15,9 @@
 
 Versions and ``LATEST`` are :mod:`pyg_dist.format.files`'s versioned folders: a save writes
 a new version, ``info.json`` once every rank finished, then replaces ``LATEST`` atomically,
-then removes versions beyond the newest ``keep``. A crash at any point leaves ``LATEST``
-naming the previous, complete version.
+then removes versions beyond the newest ``keep``. ``LATEST`` only ever names a complete
+version, which stays on disk until a newer complete one is published (the phases of a save
+and what a failure in each leaves are in :mod:`pyg_dist.checkpoint.versions`).
 
 ``info.json`` is version 3. Versions 1 and 2 (fixed model/optimizer/embeddings slots, an
 embedding checkpoint of their own) are refused with a message naming the version.
@@ -27,7 +28,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 from torch import Tensor
@@ -145,10 +146,6 @@ def regular_file(file: Path) -> os.stat_result:
         raise CheckpointError(str(exc)) from None
 
 
-def _complete(folder: Path) -> bool:
-    return (folder / INFO).is_file()
-
-
 def check_pointer(root: Path) -> bool:
     """Whether ``root/LATEST`` exists; raises :class:`CheckpointError` naming it when it
     exists but is not a regular file."""
@@ -156,19 +153,6 @@ def check_pointer(root: Path) -> bool:
         return fs.has_latest(root)
     except fs.PointerError as exc:
         raise CheckpointError(str(exc)) from None
-
-
-def current(root: Path) -> Optional[str]:
-    """The version ``LATEST`` names (``None`` when there is no checkpoint yet).
-
-    Raises:
-        CheckpointError: naming ``root`` or ``LATEST`` when ``root`` is not a folder, or
-            ``LATEST`` is not a regular file naming a complete version.
-    """
-    try:
-        return fs.read_latest(root, _complete)
-    except fs.PointerError as exc:
-        raise CheckpointError(f"checkpoint: {exc}") from None
 
 
 def version_files(folder: Path) -> List[str]:
@@ -199,13 +183,6 @@ def verify_files(folder: Path, digests: Dict[str, str], names: List[str]) -> Non
             check_file(file, digests[name])
         except (DigestMismatch, OSError, fs.PointerError) as exc:
             raise CheckpointError(str(exc)) from None
-
-
-def publish(root: Path, name: str, info: Info, keep: int) -> None:
-    """Completes version ``name``, points ``LATEST`` at it, keeps the newest ``keep``."""
-    fs.write_text(root / name / INFO, info.to_json())
-    fs.write_latest(root, name)
-    fs.prune(root, name, keep, _complete)
 
 
 def write_rank_state(file: Path, rank: int, world_size: int, loaders: Dict[str, Any],

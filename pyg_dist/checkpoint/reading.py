@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from pyg_dist.checkpoint import entries as ent
-from pyg_dist.checkpoint import files
+from pyg_dist.checkpoint import files, versions
 from pyg_dist.checkpoint.dense import check_dense, load_dense
 from pyg_dist.checkpoint.entries import Entry
 from pyg_dist.checkpoint.errors import CheckpointError
@@ -50,8 +50,8 @@ class CheckpointInfo:
 
 def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng: bool = True,
          model: Optional[torch.nn.Module] = None, optimizer: Any = None,
-         embeddings: Any = (), sparse_optimizers: Any = (), loaders: Sequence[Any] = ()
-         ) -> Optional[CheckpointInfo]:
+         embeddings: Any = (), sparse_optimizers: Any = (), loaders: Sequence[Any] = (),
+         version: Optional[str] = None) -> Optional[CheckpointInfo]:
     """Loads the current version of checkpoint ``path`` into the entries of ``state``
     (collective). Returns ``None`` on every rank when there is no checkpoint yet (no
     ``path`` or no ``LATEST`` in it).
@@ -70,17 +70,22 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
             size only), so dropout after a resume draws as it would have.
         model, optimizer, embeddings, sparse_optimizers, loaders: the keyword form, as in
             :func:`~pyg_dist.checkpoint.save`.
+        version (str): load this version (a folder name such as
+            ``"step000000120-3f9c1a7e"``, as ``pyg-dist-checkpoint list DIR`` shows)
+            instead of the one ``LATEST`` names; it must be complete.
 
     Raises:
         CheckpointError: naming the file or key, when the checkpoint is damaged (also a
-            ``LATEST`` that is not a regular file naming a complete version), of another
+            ``LATEST`` that is not a regular file naming a complete version: the message
+            lists the complete versions and how to resume from one), of another
             version, or lacks a key (or holds it as another kind); :class:`RuntimeError`
             naming the rank on the other ranks.
         TypeError, ValueError: naming the key or argument that is not what is expected.
     """
     ranks = Ranks.current()
     items, found = _agreed_version(path, (state, model, optimizer, embeddings,
-                                          sparse_optimizers, loaders), ranks, restore_rng)
+                                          sparse_optimizers, loaders), ranks, restore_rng,
+                                   version)
     if found is None:
         return None
     folder, info = Path(path) / found[0], files.Info(**found[1])
@@ -92,7 +97,8 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
 
 
 def _agreed_version(path: PathLike, keywords: Tuple[Any, ...], ranks: Ranks,
-                    restore_rng: bool) -> Tuple[List[Entry], Optional[Tuple[str, Dict[str, Any]]]]:
+                    restore_rng: bool, version: Optional[str] = None
+                    ) -> Tuple[List[Entry], Optional[Tuple[str, Dict[str, Any]]]]:
     """The entries asked for and the version to load, checked on every rank (collective).
 
     Args:
@@ -101,6 +107,7 @@ def _agreed_version(path: PathLike, keywords: Tuple[Any, ...], ranks: Ranks,
             loaders)`` as given to :func:`load`.
         ranks (Ranks): the ranks loading.
         restore_rng (bool): whether torch's RNG state is restored too.
+        version (str): the version to load (``None``: the one ``LATEST`` names).
 
     Returns:
         the entries, and the version's ``(folder name, info)`` (``None`` when there is
@@ -112,7 +119,7 @@ def _agreed_version(path: PathLike, keywords: Tuple[Any, ...], ranks: Ranks,
         items = ent.entries(ent.from_keywords(*keywords))
         ent.check_flag(restore_rng, "restore_rng")
         spec = [e.spec() for e in items]
-        found = _check_version(Path(path), items, ranks, restore_rng)
+        found = _check_version(Path(path), items, ranks, restore_rng, version)
     except Exception as exc:  # raised on every rank by gather
         error = exc
     gathered = ranks.gather(error, (found, spec), f"loading checkpoint {path}")
@@ -154,12 +161,13 @@ def _restore(folder: Path, info: files.Info, items: List[Entry], ranks: Ranks,
     return exact, positions
 
 
-def _check_version(root: Path, items: List[Entry], ranks: Ranks,
-                   restore_rng: bool) -> Optional[Tuple[str, Dict[str, Any]]]:
-    """The current version's name and ``info.json`` fields (``None`` without one), after
+def _check_version(root: Path, items: List[Entry], ranks: Ranks, restore_rng: bool,
+                   version: Optional[str]) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """The name and ``info.json`` fields of ``version`` or the current version (``None``
+    without one), after
     checking that it holds every entry asked for, that this rank's share of the files to
     read match their digests, and the DCP metadata."""
-    name = files.current(root)
+    name = versions.choose(root, version)
     if name is None:
         return None
     folder = root / name

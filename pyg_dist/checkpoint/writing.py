@@ -1,14 +1,25 @@
-""":func:`save`: every entry of ``state`` into a new version, published atomically."""
+""":func:`save`: every entry of ``state`` into a new version, published atomically.
+
+A save runs in named phases, each one function here (the order, and what a failure in
+each leaves, is the invariant of :mod:`pyg_dist.checkpoint.versions`): :func:`_begin`
+(version created, its name agreed), ``save_dense`` (dense state written),
+:func:`_write_rank` (this rank's shards and state written), :func:`_digest_version`
+(digests computed), then on rank 0 ``versions.write_info`` (``info.json`` written),
+``versions.switch_latest`` (``LATEST`` switched) and ``versions.prune_versions``
+(pruned), and :func:`_agree_published` (every rank's final agreement). Until ``LATEST``
+switches a failure removes the new folder and the previous version stays current; after
+it, nothing removes the new version and the failure is reported as published.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from pyg_dist.checkpoint import entries as ent
-from pyg_dist.checkpoint import files
+from pyg_dist.checkpoint import files, versions
 from pyg_dist.checkpoint.dense import save_dense
 from pyg_dist.checkpoint.entries import Entry
 from pyg_dist.checkpoint.errors import CheckpointError
@@ -48,14 +59,35 @@ def save(path: PathLike, step: int, state: Optional[Dict[str, Any]] = None, *,
     Raises:
         TypeError, ValueError: naming the key or argument that is not what is expected, or
             a key whose kind differs between ranks.
-        CheckpointError: when ``path/LATEST`` exists but is not a regular file.
+        CheckpointError: when ``path/LATEST`` exists but is not a regular file, or when a
+            step after ``LATEST`` switched to the new version failed (a rank died while
+            every rank met a last time, pruning failed): the message says the version is
+            published and current. Any other failure leaves the previous version current.
     """
     ranks, root = Ranks.current(), Path(path) if isinstance(path, (str, os.PathLike)) else None
+    items, name = _begin(ranks, root, path, step, keep, (state, model, optimizer, embeddings,
+                                                        sparse_optimizers, loaders, extra))
+    try:
+        every, digests = _write_version(ranks, root / name, items)
+    except Exception:
+        if ranks.rank == 0:  # LATEST was not switched: the previous version stays current
+            fs.remove_version(root, name)
+        raise
+    _publish(ranks, root, name, lambda: files.Info(
+        step, ranks.world_size, restarts(), {e.key: [e.kind, e.cls] for e in items},
+        {e.key: e.obj for e in items if e.kind == ent.JSON},
+        _sharded(root / name, items, every), digests), keep)
+    return name
+
+
+def _begin(ranks: Ranks, root: Optional[Path], path: Any, step: int, keep: int,
+           keywords: Tuple[Any, ...]) -> Tuple[List[Entry], str]:
+    """Checks the arguments, creates the new version folder (rank 0) and agrees on its
+    name and on the entries' kinds with every rank (collective)."""
     error, name, items, spec = None, None, [], None
     try:
         ent.check_path(path)
-        items = ent.entries(ent.from_keywords(state, model, optimizer, embeddings,
-                                              sparse_optimizers, loaders, extra))
+        items = ent.entries(ent.from_keywords(*keywords))
         ent.check_save(step, keep)
         spec = [e.spec() for e in items]
         if ranks.rank == 0:
@@ -64,21 +96,20 @@ def save(path: PathLike, step: int, state: Optional[Dict[str, Any]] = None, *,
             name = fs.new_version(root, step)
     except Exception as exc:  # raised on every rank by gather
         error = exc
-    gathered = ranks.gather(error, (name, spec), f"saving checkpoint {path}")
-    same_everywhere([s for _, s in gathered], "save")
-    name = gathered[0][0]
     try:
-        _save_parts(ranks, root, name, step, items, keep)
+        gathered = ranks.gather(error, (name, spec), f"saving checkpoint {path}")
+        same_everywhere([s for _, s in gathered], "save")
     except Exception:
-        if ranks.rank == 0:  # the previous version stays current
-            fs.remove(root / name)
+        if name is not None:
+            fs.remove_version(root, name)
         raise
-    return name
+    return items, gathered[0][0]
 
 
-def _save_parts(ranks: Ranks, root: Path, name: str, step: int, items: List[Entry],
-                keep: int) -> None:
-    folder = root / name
+def _write_version(ranks: Ranks, folder: Path, items: List[Entry]
+                   ) -> Tuple[List[Dict[str, List[Any]]], Dict[str, str]]:
+    """Writes the dense state, this rank's shards and state file, and the digests of every
+    file (collective); returns every rank's sharded ranges and the digests."""
     modules = {e.key: e.obj for e in items if e.kind == ent.MODULE}
     if modules:
         owners = ent.owner_of(items)
@@ -90,18 +121,40 @@ def _save_parts(ranks: Ranks, root: Path, name: str, step: int, items: List[Entr
         shapes = _write_rank(folder, ranks, items)
     except Exception as exc:
         error = exc
-    every = ranks.gather(error, shapes, f"saving checkpoint {root}")
-    digests = _digest_version(ranks, folder)
+    every = ranks.gather(error, shapes, f"saving checkpoint {folder.parent}")
+    return every, _digest_version(ranks, folder)
+
+
+def _publish(ranks: Ranks, root: Path, name: str, info: Callable[[], files.Info],
+             keep: int) -> None:
+    """Rank 0 completes version ``name`` (``info.json``), switches ``LATEST`` to it and
+    prunes; then every rank agrees. A failure before the switch removes the version and
+    raises; after it, the version stays current and the failure raises as
+    :class:`CheckpointError` saying so."""
+    error, switched = None, False
+    if ranks.rank == 0:
+        try:
+            versions.write_info(root / name, info())
+            previous = versions.switch_latest(root, name)
+            switched = True
+            versions.prune_versions(root, name, keep, previous)
+        except Exception as exc:
+            error = exc
     try:
-        if ranks.rank == 0:
-            info = files.Info(step, ranks.world_size, restarts(),
-                              {e.key: [e.kind, e.cls] for e in items},
-                              {e.key: e.obj for e in items if e.kind == ent.JSON},
-                              _sharded(folder, items, every), digests)
-            files.publish(root, name, info, keep)
+        _agree_published(ranks, error, root / name)
     except Exception as exc:
-        error = exc
-    ranks.gather(error, None, f"publishing checkpoint {root / name}")
+        if switched:
+            raise CheckpointError(f"checkpoint {root / name} is published and current "
+                                  f"(LATEST names it), but a step after publishing it "
+                                  f"failed: {type(exc).__name__}: {exc}") from exc
+        if ranks.rank == 0:
+            fs.remove_version(root, name)
+        raise
+
+
+def _agree_published(ranks: Ranks, error: Optional[BaseException], folder: Path) -> None:
+    """Every rank's final agreement that the version ``folder`` is published."""
+    ranks.gather(error, None, f"publishing checkpoint {folder}")
 
 
 def _write_rank(folder: Path, ranks: Ranks, items: List[Entry]) -> Dict[str, List[Any]]:

@@ -13,6 +13,16 @@ partition folders, checkpoints, inference exports and the shared feature cache.
   (:func:`new_version`) and a ``LATEST`` file naming the current one (:func:`write_latest`,
   :func:`read_latest`). ``LATEST`` must be a regular file naming a version folder that
   exists; anything else is a :class:`PointerError` naming it, never "no version".
+
+The invariant of versioned folders: ``LATEST`` only ever names a complete version, and
+that version stays on disk until a newer complete one is published. A writer completes a
+version before it switches ``LATEST`` (one atomic rename); nothing here removes the
+version ``LATEST`` names: :func:`prune` and :func:`remove_version` read ``LATEST`` again
+after moving a version aside and move it back if ``LATEST`` names it meanwhile (a
+concurrent switch). A version is removed by first renaming it to a hidden temporary name
+(``.<version>.<hex>.tmp``) and then deleting that, so a version is never seen half
+deleted under its own name. Incomplete versions and hidden leftovers of killed writers
+are removed by the next :func:`prune` (the next publish).
 """
 from __future__ import annotations
 
@@ -252,6 +262,17 @@ def read_latest(root: Path, complete: Callable[[Path], bool] = Path.is_dir) -> O
     return name
 
 
+def pointer_name(root: Path) -> Optional[str]:
+    """What ``root/LATEST`` says (stripped, unchecked), or ``None`` when there is no
+    readable regular ``LATEST``."""
+    try:
+        regular_file(root / LATEST)
+        with open(root / LATEST, "rb") as handle:
+            return handle.read(_POINTER_BYTES).decode("utf-8", errors="replace").strip()
+    except (OSError, PointerError):
+        return None
+
+
 def write_latest(root: Path, name: str) -> None:
     """Makes version ``name`` of ``root`` the current one (atomically replaces ``LATEST``)."""
     if not VERSION_NAME.fullmatch(name) or not (root / name).is_dir():
@@ -267,14 +288,53 @@ def versions(root: Path) -> List[Path]:
                                         p.stat().st_mtime))
 
 
-def prune(root: Path, current: str, keep: int, complete: Callable[[Path], bool]) -> None:
-    """Keeps ``current`` and the newest ``keep - 1`` other complete versions of ``root``;
-    removes the rest (also incomplete ones, left by crashed writes) and stale temporary
-    files. Failures only warn: ``current`` is published already."""
+def remove_version(root: Path, name: str) -> bool:
+    """Removes version ``name`` of ``root`` unless ``LATEST`` names it: renames it aside to
+    a hidden temporary name first (so it is never half deleted under its name), reads
+    ``LATEST`` again and moves it back if ``LATEST`` names it now (a concurrent switch).
+    Failures to delete only warn (:func:`prune` removes the hidden leftover later).
+
+    Returns:
+        whether the version is gone.
+    """
+    if pointer_name(root) == name:
+        return False
+    aside = temporary_name(root / name)
+    try:
+        os.replace(root / name, aside)
+    except FileNotFoundError:
+        return True
+    if pointer_name(root) == name:  # switched meanwhile: it stays
+        os.replace(aside, root / name)
+        return False
+    fsync_dir(root)
+    remove(aside)
+    return True
+
+
+def prune(root: Path, current: str, keep: int, complete: Callable[[Path], bool],
+          previous: Optional[str] = None) -> None:
+    """Keeps ``current`` and ``keep - 1`` other complete versions of ``root`` (``previous``,
+    the one ``LATEST`` named before ``current``, first, then the newest); removes the rest
+    (also incomplete ones, left by killed writes) and hidden leftovers. Never removes the
+    version ``LATEST`` names (see :func:`remove_version`); failures to delete only warn:
+    ``current`` is published already.
+
+    Args:
+        root: the folder of versions.
+        current: the version just published.
+        keep: complete versions to keep, ``current`` included.
+        complete: ``complete(folder)`` tells whether a version folder is complete.
+        previous: the version ``LATEST`` named before ``current``, kept first.
+    """
     others = [p for p in versions(root) if p.name != current]
     done = [p for p in others if complete(p)]
     broken = [p for p in others if not complete(p)]
-    for old in done[:max(0, len(done) - (keep - 1))] + broken:
-        remove(old)
+    slots = max(0, keep - 1)
+    first = [p for p in done if p.name == previous][:slots]
+    rest = [p for p in done if p.name != previous]  # oldest first
+    kept = first + rest[len(rest) - (slots - len(first)):] if slots > len(first) else first
+    for old in [p for p in done if p not in kept] + broken:
+        remove_version(root, old.name)
     for stale in root.glob(".*.tmp"):
         remove(stale)
