@@ -29,10 +29,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -179,29 +180,82 @@ def same(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
 def run_trial(args: argparse.Namespace, parts: Path, work: Path, reference: Dict[str, Any],
               window: float) -> Dict[str, Any]:
     work.mkdir(parents=True)
-    job = Job(args, parts, work, random.randint(1, args.max_kills_per_job))
-    deadline = time.monotonic() + args.job_timeout
-    job.launch()
-    for _ in range(job.planned):
-        if not job.kill_once(window, deadline):
-            break
-    code = job.finish(deadline)
-    output = job.output()
-    result = {"kills": job.kills, "exit": code, "restarts": max(job.incarnations() - 1, 0)}
+    planned = random.randint(1, args.max_kills_per_job)
+    if args.launcher == "forked":
+        code, output, kills, _ = run_forked(args, parts, work, planned, window)
+    else:
+        job = Job(args, parts, work, planned)
+        deadline = time.monotonic() + args.job_timeout
+        job.launch()
+        for _ in range(job.planned):
+            if not job.kill_once(window, deadline):
+                break
+        code, output, kills = job.finish(deadline), job.output(), job.kills
+    incarnations = output.count("checkpoint: resumed") + output.count("checkpoint: none in")
+    result = {"kills": kills, "exit": code, "restarts": max(incarnations - 1, 0)}
     problems = []
     if code != 0:
         problems.append(f"exit code {code}")
     else:
         try:
-            if not same(final_weights(parts, job.ckpt), reference):
+            if not same(final_weights(parts, work / "ckpt"), reference):
                 problems.append("final weights differ from the uninterrupted run")
-            problems += [f"leftover {x}" for x in leftovers(job.ckpt)]
+            problems += [f"leftover {x}" for x in leftovers(work / "ckpt")]
         except Exception as exc:  # report it as this job's failure
             problems.append(f"{type(exc).__name__}: {exc}")
     result["problems"] = problems
     if problems:
         result["output_tail"] = output[-3000:]
     return result
+
+
+def forked_ranks(seen: set) -> List[psutil.Process]:
+    """The live ranks forked by this process's fork server that are not in ``seen``
+    (one job runs at a time; the example starts no other process)."""
+    found = []
+    for server in psutil.Process().children():
+        try:
+            if "forkserver" not in " ".join(server.cmdline()):
+                continue
+            found += [k for k in server.children() if k.pid not in seen
+                      and k.status() != psutil.STATUS_ZOMBIE]
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def run_forked(args: argparse.Namespace, parts: Path, work: Path, kills: int,
+               window: float) -> Tuple[int, str, List[str], float]:
+    """One job with ranks forked as torchrun runs them (:func:`run_script`, restarts
+    included), ``kills`` SIGKILLs of random ranks at random moments of an incarnation;
+    returns the exit code, the output, the kills made and how long the ranks lived."""
+    from pyg_dist.testing.scripts import run_script
+    done, made, seen = {}, [], set()
+    argv = job_cmd(args, parts, work / "ckpt", kills)[7:]
+
+    def launch() -> None:
+        done["run"] = run_script(argv[0], argv[1:], 2, timeout=args.job_timeout,
+                                 max_restarts=kills)
+    thread = threading.Thread(target=launch, daemon=True)
+    thread.start()
+    while thread.is_alive() and not forked_ranks(set()):
+        time.sleep(0.05)
+    began = time.monotonic()
+    for _ in range(kills):
+        ranks: List[psutil.Process] = []
+        while thread.is_alive() and len(ranks) < 2:
+            ranks = forked_ranks(seen)
+            time.sleep(0.05)
+        seen.update(r.pid for r in ranks)
+        time.sleep(random.uniform(0.0, window))
+        ranks = [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+        if not thread.is_alive() or len(ranks) != 2:
+            break
+        index = random.randrange(2)  # the first started is rank 0
+        made.append(f"rank{index}")
+        sorted(ranks, key=lambda r: r.pid)[index].kill()
+    thread.join()
+    return done["run"].returncode, done["run"].output, made, time.monotonic() - began
 
 
 def main() -> None:
@@ -216,6 +270,9 @@ def main() -> None:
     p.add_argument("--job-timeout", type=float, default=600)
     p.add_argument("--orphan-timeout", type=float, default=90)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--launcher", choices=["torchrun", "forked"], default="torchrun",
+                   help="forked: ranks forked from a warm server as torchrun runs them "
+                        "(pyg_dist.testing.scripts; restarts in seconds, no agent to kill)")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--failures", default=None, help="append failed jobs' details here (JSON lines)")
     args = p.parse_args()
@@ -225,17 +282,21 @@ def main() -> None:
     parts = work / "parts"
     if not (parts / "META.json").exists():
         partition(Path(args.cora_root), parts)
+    started = time.monotonic()
     (work / "reference").mkdir()
     ref = Job(args, parts, work / "reference", 0)
-    started = time.monotonic()
-    ref.launch()
-    while ref.incarnations() < 1 and ref.proc.poll() is None:
-        time.sleep(0.05)
-    ref_start = time.monotonic()
-    if ref.finish(started + args.job_timeout) != 0:
-        sys.stderr.write(ref.output()[-6000:])
+    if args.launcher == "forked":  # kills land anywhere in a rank's life: it starts fast
+        code, output, _, window = run_forked(args, parts, work / "reference", 0, 0.0)
+    else:
+        ref.launch()
+        while ref.incarnations() < 1 and ref.proc.poll() is None:
+            time.sleep(0.05)
+        ref_start = time.monotonic()
+        code, output = ref.finish(started + args.job_timeout), ref.output()
+        window = time.monotonic() - ref_start
+    if code != 0:
+        sys.stderr.write(output[-6000:])
         raise SystemExit("checkpoint_soak.py: the uninterrupted run failed")
-    window = time.monotonic() - ref_start
     reference = final_weights(parts, ref.ckpt)
     print(f"reference run: {time.monotonic() - started:.1f}s, training window {window:.1f}s",
           flush=True)
@@ -261,7 +322,7 @@ def main() -> None:
         "failures": sorted({pr for t in failed for pr in t["problems"]})[:10],
         "restarts_per_job": dict(sorted(restarts.items())),
         "restarts_total": sum(t["restarts"] for t in trials),
-        "epochs": args.epochs, "checkpoint_every": args.checkpoint_every,
+        "launcher": args.launcher, "epochs": args.epochs, "checkpoint_every": args.checkpoint_every,
         "training_window_s": round(window, 2),
         "elapsed_s": round(time.monotonic() - began, 1)}), flush=True)
 
