@@ -191,8 +191,11 @@ def run_trial(args: argparse.Namespace, parts: Path, work: Path, reference: Dict
             if not job.kill_once(window, deadline):
                 break
         code, output, kills = job.finish(deadline), job.output(), job.kills
-    incarnations = output.count("checkpoint: resumed") + output.count("checkpoint: none in")
-    result = {"kills": kills, "exit": code, "restarts": max(incarnations - 1, 0)}
+    if args.launcher == "forked":  # a kill may land before the example's first line
+        restarts = output.count("[run_script] restarting every rank")
+    else:
+        restarts = output.count("checkpoint: resumed") + output.count("checkpoint: none in") - 1
+    result = {"kills": kills, "exit": code, "restarts": max(restarts, 0)}
     problems = []
     if code != 0:
         problems.append(f"exit code {code}")
