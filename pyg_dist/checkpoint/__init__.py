@@ -30,8 +30,12 @@ The old keywords stay as a thin mapping onto ``state``: ``model=m`` is
 (also :attr:`CheckpointInfo.extra`).
 
 A save is atomic (:mod:`pyg_dist.format.files`: a new version folder, then ``LATEST``):
-a crash during it leaves the previous checkpoint loadable; the newest ``keep`` versions
-are kept (the layout is in :mod:`pyg_dist.checkpoint.files`). On another world size,
+``LATEST`` only ever names a complete version, which stays on disk until a newer complete
+one is published, so a crash at any moment of a save leaves a loadable checkpoint (the
+phases and what a failure in each leaves: :mod:`pyg_dist.checkpoint.versions`); the
+newest ``keep`` versions are kept (the layout is in :mod:`pyg_dist.checkpoint.files`).
+``load(..., version=NAME)`` loads another complete version than ``LATEST``'s, and the
+``pyg-dist-checkpoint`` command lists, verifies and repoints versions. On another world size,
 loader positions within an epoch do not map (each rank's seeds differ): loaders start at
 the beginning of the epoch after the saved position, with a warning.
 
@@ -41,9 +45,9 @@ other ``.pt`` file through ``torch.load(weights_only=True)``, the rest is JSON c
 by field), every file read is checked against the digest recorded at save time, and a
 damaged checkpoint raises :class:`CheckpointError` naming the file.
 """
-from pyg_dist.checkpoint import files
+from pyg_dist.checkpoint import files, versions
 from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.reading import CheckpointInfo, load
 from pyg_dist.checkpoint.writing import save
 
-__all__ = ["save", "load", "CheckpointInfo", "CheckpointError", "files"]
+__all__ = ["save", "load", "CheckpointInfo", "CheckpointError", "files", "versions"]
