@@ -4,6 +4,7 @@ Partition a graph offline (:class:`Partitioner` or ``pyg-dist-partition``), load
 partition per machine (:class:`LocalGraphStore`, :class:`LocalFeatureStore`), and
 train with :class:`DistNeighborLoader` under ``torchrun``.
 """
+from pyg_dist.errors import PygDistError
 from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
 from pyg_dist.inference import infer
 from pyg_dist.loader import (DistGraph, DistLinkNeighborLoader, DistNeighborLoader, edge_split,
@@ -19,6 +20,7 @@ from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "PygDistError",
     "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook",
     "LocalGraphStore", "LocalFeatureStore",
     "DistContext", "init_process_group", "init_rpc", "shutdown_rpc",

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+from pyg_dist.errors import PygDistError
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
@@ -43,7 +45,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RanksFailed(RuntimeError):
+class RanksFailed(RuntimeError, PygDistError):
     """One or more ranks raised, died, or did not finish in time."""
 
 
