@@ -9,7 +9,7 @@ from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseA
 from pyg_dist.inference import infer
 from pyg_dist.loader import (DistGraph, DistLinkNeighborLoader, DistNeighborLoader, edge_split,
                              node_split)
-from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook
+from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook, read_meta
 from pyg_dist.partition import Partitioner
 from pyg_dist.progress import track
 from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PygDistError",
-    "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook",
+    "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook", "read_meta",
     "LocalGraphStore", "LocalFeatureStore",
     "DistContext", "init_process_group", "init_rpc", "shutdown_rpc",
     "DisagreementError", "PeerFailedError", "RpcPeerError",
