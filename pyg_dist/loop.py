@@ -172,7 +172,11 @@ def resume(path: str, state: Dict[str, Any], ctx: DistContext) -> Optional[Check
         return None
     how = "exactly" if info.exact else \
         f"from the next epoch's start (saved by {info.world_size} ranks)"
-    log(ctx, f"checkpoint: resumed {how} at step {info.step} from {info.path}")
+    where = ""
+    if info.positions:  # the first loader's (0-based epoch, batches done in it)
+        epoch, batch = info.positions[0]
+        where = f"epoch {epoch + 1} batch {batch} "
+    log(ctx, f"checkpoint: resumed {how} at {where}step {info.step} from {info.path}")
     return info
 
 
