@@ -21,7 +21,7 @@ from torch_geometric.nn import GraphSAGE
 import pyg_dist
 from pyg_dist import DistEmbedding, DistNeighborLoader, SparseAdam, init_rpc, loop, node_split
 
-parser = loop.parser(__doc__.splitlines()[0], epochs=30, batch_size=64,
+parser = loop.parser(__doc__.split("\n\n")[0], epochs=30, batch_size=64,
                      num_neighbors=[25, 10])
 parser.add_argument("--embedding-dim", type=int, default=64)
 parser.add_argument("--sparse-lr", type=float, default=0.05, help="SparseAdam (the rows)")

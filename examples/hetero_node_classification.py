@@ -19,7 +19,7 @@ from torch_geometric.nn import HeteroConv, SAGEConv
 import pyg_dist
 from pyg_dist import DistNeighborLoader, loop, node_split
 
-parser = loop.parser(__doc__.splitlines()[0], epochs=5, lr=0.005)
+parser = loop.parser(__doc__.split("\n\n")[0], epochs=5, lr=0.005)
 parser.add_argument("--target", default="paper", help="the node type to classify")
 parser.add_argument("--hidden", type=int, default=64)
 

@@ -18,7 +18,7 @@ from torch_geometric.nn import GraphSAGE
 import pyg_dist
 from pyg_dist import DistLinkNeighborLoader, edge_split, loop
 
-parser = loop.parser(__doc__.splitlines()[0], epochs=5, lr=0.005)
+parser = loop.parser(__doc__.split("\n\n")[0], epochs=5, lr=0.005)
 parser.add_argument("--hidden", type=int, default=64)
 
 

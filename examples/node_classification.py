@@ -18,7 +18,7 @@ from torch_geometric.nn import GraphSAGE
 import pyg_dist
 from pyg_dist import DistNeighborLoader, loop, node_split
 
-parser = loop.parser(__doc__.splitlines()[0], epochs=20, batch_size=32)
+parser = loop.parser(__doc__.split("\n\n")[0], epochs=20, batch_size=32)
 parser.add_argument("--hidden", type=int, default=64)
 
 
