@@ -1,10 +1,10 @@
 """Runs one command per emulated machine (network namespaces on this host), then tears
-the machines down, also after a failure or Ctrl-C (issue 13).
+the machines down, also after a failure or Ctrl-C.
 
 Machine ``i`` has address ``198.18.0.<i+1>``, its own loopback, and a link to a bridge,
 optionally rate-limited in both directions (``--rate 1gbit``, ``tc`` ``tbf``). In the
 command, ``{machine}`` is replaced by the machine's index and ``{master}`` by machine
-0's address. Needs root (see :mod:`pyg_dist.testing.netns`).
+0's address. Needs root (see :mod:`tests.support.netns`).
 
 Example (two machines at 1 Gb/s, one torchrun each):
     python benchmarks/cluster.py --machines 2 --rate 1gbit -- \\
@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import List, Optional
 
-from pyg_dist.testing.netns import (EmulatedCluster, exit_on_sigterm, remove_leftovers,
-                                    unavailable)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support
+
+from tests.support.netns import (EmulatedCluster, exit_on_sigterm,  # noqa: E402
+                                 remove_leftovers, unavailable)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,4 +1,4 @@
-"""Would another on-disk layout make original edge ids cheaper per batch? (issue 24)
+"""Would another on-disk layout make original edge ids cheaper per batch?
 
 Returning original edge ids costs one read of ``edge_ids.pt`` per sampled edge, at the
 positions the sampling kernel drew in ``indices`` (the CSC's source ids). This measures

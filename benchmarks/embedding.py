@@ -1,4 +1,4 @@
-"""Benchmark: DistEmbedding lookups and SparseAdam steps on 2 ranks (issue 5).
+"""Benchmark: DistEmbedding lookups and SparseAdam steps on 2 ranks.
 
 A ``--num-embeddings`` x ``--dim`` float32 table (default 1,000,000 x 128) is split
 evenly over ``--world-size`` processes (default 2, started like ``torchrun`` by

@@ -1,4 +1,4 @@
-"""Inference benchmark (issue 26): layer-wise exact vs sampled inference on 2 partitions,
+"""Inference benchmark: layer-wise exact vs sampled inference on 2 partitions,
 against single-machine inference of the same model on the same graph, in one run.
 
 Graph: a community graph shaped like ogbn-products (``--num-nodes`` 2,449,029 at full
@@ -32,12 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support
 
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TARGET_TIME_RATIO = 1.5
@@ -87,13 +90,13 @@ def pyg_inference_job(args: argparse.Namespace) -> Dict:
     """PyG's own ``GraphSAGE.inference()`` over a ``NeighborLoader`` (full 1-hop
     neighbourhoods) on the in-memory graph: the issue's single-machine reference. PyG's
     sampler needs pyg-lib, not installable here, so its ops come from the test-only
-    reference in plain Python (:mod:`pyg_dist.testing.pyg_lib_reference`): the memory
+    reference in plain Python (:mod:`tests.support.pyg_lib_reference`): the memory
     is PyG's (``x`` and every layer's hidden states in memory), the time is not pyg-lib's."""
     import torch_geometric.sampler.utils
     import torch_geometric.typing
     from torch_geometric.loader import NeighborLoader
 
-    from pyg_dist.testing.pyg_lib_reference import index_sort, register_ops
+    from tests.support.pyg_lib_reference import index_sort, register_ops
 
     lib = register_ops()  # the ops live as long as this object
     for flag in ("WITH_PYG_LIB", "WITH_EDGE_TIME_NEIGHBOR_SAMPLE",

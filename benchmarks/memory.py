@@ -1,4 +1,4 @@
-"""Memory benchmark: one copy of a partition per machine (issue 11).
+"""Memory benchmark: one copy of a partition per machine.
 
 On a products-scale synthetic graph (default 2.4M nodes, 124M directed edges, 100
 float32 features; :func:`pyg_dist.datasets.synthetic.community_graph`) in 1 partition

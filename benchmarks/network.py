@@ -1,9 +1,9 @@
-"""Network benchmark: remote features over emulated cluster links (issue 13).
+"""Network benchmark: remote features over emulated cluster links.
 
 A power-law community graph (default 1M nodes, 50M directed edges, 100 float32
 features; degrees like ogbn-products': mean 50, median ~28, hubs of ~15k) is METIS-
 partitioned into 2 and 3 parts. Each partition runs on its own emulated machine (a
-network namespace with its own 198.18.0.x address, :mod:`pyg_dist.testing.netns`),
+network namespace with its own 198.18.0.x address, :mod:`tests.support.netns`),
 one ``torchrun`` per machine, the links rate-limited with ``tc tbf`` in both
 directions (``--rates``, default 10 Gb/s and 1 Gb/s, plus ``none``: the same namespaces
 unlimited, i.e. loopback speed). In each job, one rank per machine:
@@ -52,6 +52,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support
 
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 RATES = {"none": None, "10gbit": 10e9, "1gbit": 1e9, "100mbit": 100e6}
@@ -263,7 +265,7 @@ def worker(args: argparse.Namespace) -> None:
 def run_cluster(args: argparse.Namespace, root: Path, machines: int, rate: str,
                 port: int) -> Dict[str, Any]:
     """Runs the workers on ``machines`` emulated machines at ``rate``; their figures."""
-    from pyg_dist.testing.netns import EmulatedCluster
+    from tests.support.netns import EmulatedCluster
 
     out = args.cache_dir / f"network_results_{machines}_{rate}"
     out.mkdir(parents=True, exist_ok=True)
@@ -401,7 +403,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    from pyg_dist.testing.netns import exit_on_sigterm, remove_leftovers, unavailable
+    from tests.support.netns import exit_on_sigterm, remove_leftovers, unavailable
 
     reason = unavailable()
     if reason is not None:

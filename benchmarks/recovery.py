@@ -1,8 +1,8 @@
 """Time lost to a killed rank: ``torchrun --max-restarts=1``, 2 ranks, a synthetic graph,
-``examples/node_classification.py`` (or the embedding example: a checkpoint holding a
+``benchmarks/trainers/node_classification.py`` (or the embedding trainer: a checkpoint holding a
 ``DistEmbedding`` row and ``SparseAdam`` state per node) with ``--checkpoint-dir``; rank 1
 SIGKILLs itself in the middle of its one epoch (``--kill-at`` of
-:mod:`pyg_dist.testing.instrument`, which runs the unmodified example and reports the
+:mod:`tests.support.instrument`, which runs the unmodified example and reports the
 checkpoint figures).
 
 Reports, as ONE JSON line: checkpoint size, save and load time (and bandwidth), the time
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the repository: tests.support
 EXAMPLES = {"node": "node_classification.py", "embedding": "embedding_node_classification.py"}
-INSTRUMENT = REPO / "pyg_dist" / "testing" / "instrument.py"
+INSTRUMENT = REPO / "tests" / "support" / "instrument.py"
 
 
 def partition(args: argparse.Namespace, out: Path) -> None:
@@ -47,7 +48,7 @@ def run_job(args: argparse.Namespace, parts: Path,
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
            "--max-restarts=1", "--master-addr=127.0.0.1", f"--master-port={port}",
            str(INSTRUMENT), "--kill-at", f"1:{args.kill_at}", "--seed-log", str(work), "--",
-           str(REPO / "examples" / EXAMPLES[args.example]), "--partition-dir", str(parts),
+           str(REPO / "benchmarks" / "trainers" / EXAMPLES[args.example]), "--partition-dir", str(parts),
            "--epochs", "1", "--batch-size", str(args.batch_size), "--num-neighbors", "10,5",
            "--hidden", str(args.hidden), "--skip-eval", "--log-every", "0",
            "--checkpoint-dir", str(work / "ckpt"), "--checkpoint-every",
@@ -90,7 +91,7 @@ def measure(args: argparse.Namespace, work: Path) -> Dict:
         sys.stderr.write(output[-8000:])
         raise SystemExit(f"recovery.py: the job failed (exit code {code})")
     result = json.loads([ln for _, ln in lines if ln.startswith("{")][-1])
-    from pyg_dist.testing.instrument import read_reports
+    from tests.support.instrument import read_reports
     result.update(read_reports(output).get(0, {}))  # checkpoint figures of rank 0
     logs = seed_log(work)
     killed_at = max(e["t"] for e in logs[1] if e["inc"] == 0)

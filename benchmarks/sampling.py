@@ -1,5 +1,5 @@
 """Sampling benchmark: local sampler throughput, distributed seeds/s with features, and
-remote feature fetch bandwidth (issue 3).
+remote feature fetch bandwidth.
 
 Settings (``--setting``, default ``all``):
 

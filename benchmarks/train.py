@@ -1,11 +1,11 @@
-"""Benchmark: GraphSAGE training epochs through pyg_dist's loaders (issue 4).
+"""Benchmark: GraphSAGE training epochs through pyg_dist's loaders.
 
 A synthetic community graph (default 500,000 nodes, average degree 10, 100 float
 features, 10 classes, 10% of the nodes in the train split) is partitioned (METIS)
 into 1 and 2 parts, cached under ``--cache-dir``. Then, for every partition count
-and every ``--num-workers`` value, ``examples/node_classification.py`` trains under
+and every ``--num-workers`` value, ``benchmarks/trainers/node_classification.py`` trains under
 ``torchrun`` (one trainer per partition, ``--skip-eval``) for ``--epochs`` epochs, run
-through :mod:`pyg_dist.testing.instrument` (which times the loader from outside the
+through :mod:`tests.support.instrument` (which times the loader from outside the
 unmodified example); its JSON line and the wrapper's figures are collected. Figures are
 steady-state (epochs after the first):
 
@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "node_classification.py"
-INSTRUMENT = REPO / "pyg_dist" / "testing" / "instrument.py"
+sys.path.insert(0, str(REPO))  # the repository: tests.support
+EXAMPLE = REPO / "benchmarks" / "trainers" / "node_classification.py"
+INSTRUMENT = REPO / "tests" / "support" / "instrument.py"
 
 
 def partitions(args: argparse.Namespace, num_parts: int) -> Path:
@@ -62,7 +63,7 @@ def train(args: argparse.Namespace, root: Path, num_parts: int, num_workers: int
     """One torchrun job; returns its JSON line, with ``loader_wait_frac`` (mean over
     ranks) from the instrument wrapper."""
     from pyg_dist.testing import free_port
-    from pyg_dist.testing.instrument import read_reports
+    from tests.support.instrument import read_reports
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
            f"--nproc-per-node={num_parts}", "--master-addr=127.0.0.1",

@@ -4,11 +4,12 @@ Partition a graph offline (:class:`Partitioner` or ``pyg-dist-partition``), load
 partition per machine (:class:`LocalGraphStore`, :class:`LocalFeatureStore`), and
 train with :class:`DistNeighborLoader` under ``torchrun``.
 """
+from pyg_dist.errors import PygDistError
 from pyg_dist.embedding import DistEmbedding, DistTensor, SparseAdagrad, SparseAdam
 from pyg_dist.inference import infer
 from pyg_dist.loader import (DistGraph, DistLinkNeighborLoader, DistNeighborLoader, edge_split,
                              node_split)
-from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook
+from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook, read_meta
 from pyg_dist.partition import Partitioner
 from pyg_dist.progress import track
 from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
@@ -19,7 +20,8 @@ from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 __version__ = "0.1.0"
 
 __all__ = [
-    "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook",
+    "PygDistError",
+    "Partitioner", "PartitionMeta", "PartitionFormatError", "RangeBook", "read_meta",
     "LocalGraphStore", "LocalFeatureStore",
     "DistContext", "init_process_group", "init_rpc", "shutdown_rpc",
     "DisagreementError", "PeerFailedError", "RpcPeerError",

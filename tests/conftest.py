@@ -15,7 +15,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 cores, many wor
 
 import pytest  # noqa: E402
 
-from pyg_dist.testing.spawn_guard import SpawnGuard  # noqa: E402
+from tests.support.spawn_guard import SpawnGuard  # noqa: E402
 
 PLANETOID = Path(__file__).resolve().parent / "data" / "planetoid"
 

@@ -1,6 +1,8 @@
-"""Import contract of ``pyg_dist`` (DESIGN.md, house rules): imports point down the
-layers, no module-level cycle (lazy, function-level imports included), and no
-underscore name is used across modules.
+"""Import contract of ``pyg_dist``: imports point down the layers of :data:`LAYERS`
+(lowest first: a package imports only itself and packages of lower layers, never one
+of its own layer), no module-level cycle (lazy, function-level imports included, so no
+lazy import hides a cycle), no underscore name is used outside the module defining it,
+and the names of :data:`ONE_MEANING` are defined in one module only.
 
 Every module's AST is parsed, so an import inside a function counts like one at the
 top. Each failure names the offending import (``module:line -> target``).
@@ -17,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1] / "pyg_dist"
 # The layer order, lowest first. A package may import itself and packages of lower
 # layers only; packages that share a layer may not import each other.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    # names, progress lines, memory probes and the test-hook table: they import nothing of ours
-    ("typing", ("typing", "madvise", "memory", "progress", "hooks")),
+    # names, the base exception, progress lines, memory probes and the test-hook table:
+    # they import nothing of ours
+    ("typing", ("typing", "errors", "madvise", "memory", "progress", "hooks")),
     # the on-disk partition format: META, schema, id maps, validation, atomic files
     ("format", ("format",)),
     # offline: named datasets (Planetoid, OGB, synthetic) loaded as Data/HeteroData
@@ -45,6 +48,8 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("embedding", ("embedding",)),
     # runtime: layer-wise and sampled inference over loaders and DistTensors, export
     ("inference", ("inference",)),
+    # the few calls every training script repeats (set-up, resume, JSON result line)
+    ("loop", ("loop",)),
     # thin argument parsing over the library, and the package's public surface
     ("cli", ("cli", "__init__")),
     # launch helpers and test graphs: may use anything

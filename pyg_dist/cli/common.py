@@ -5,8 +5,10 @@ import argparse
 import sys
 from typing import Callable, List, NoReturn, Optional
 
+from pyg_dist.errors import PygDistError
 
-class UsageError(Exception):
+
+class UsageError(PygDistError):
     """Bad command-line input: reported in one line with exit code 2."""
 
 

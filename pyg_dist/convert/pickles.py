@@ -19,10 +19,12 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
+from pyg_dist.errors import PygDistError
+
 _REFUSED = "Weights only load failed"  # torch's message when weights_only refuses a pickle
 
 
-class PygFormatError(ValueError):
+class PygFormatError(ValueError, PygDistError):
     """A PyG partition folder (or its extras) that is incomplete, damaged or inconsistent.
     The message is one line naming the file."""
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, List, Sequence, Union
 
+from pyg_dist.errors import PygDistError
 
-class DatasetError(ValueError):
+
+class DatasetError(ValueError, PygDistError):
     """A dataset name, argument or file that cannot be used (one-line message)."""
 
 
-class MissingDependencyError(ImportError):
+class MissingDependencyError(ImportError, PygDistError):
     """An optional package a dataset needs is not installed (names the pip command)."""
 
 
-class MissingRawFilesError(FileNotFoundError):
+class MissingRawFilesError(FileNotFoundError, PygDistError):
     """Raw files of a dataset are missing and downloading was not asked for.
 
     Args:

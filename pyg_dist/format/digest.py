@@ -13,13 +13,15 @@ import os
 from pathlib import Path
 from typing import Union
 
+from pyg_dist.errors import PygDistError
+
 __all__ = ["ALGORITHM", "DigestMismatch", "file_digest", "bytes_digest", "check_file"]
 
 ALGORITHM = "blake2b-128"
 _BLOCK = 1 << 20
 
 
-class DigestMismatch(ValueError):
+class DigestMismatch(ValueError, PygDistError):
     """A file's bytes differ from the digest recorded when it was written."""
 
 

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Union
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.format import leftovers
 
 PathLike = Union[str, os.PathLike]
@@ -47,7 +48,7 @@ VERSION_NAME = re.compile(r"step(\d{9,})-[0-9a-f]{8}")
 _POINTER_BYTES = 256
 
 
-class PointerError(ValueError):
+class PointerError(ValueError, PygDistError):
     """A ``LATEST`` pointer is not a regular file naming a version folder."""
 
 

@@ -13,8 +13,10 @@ from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 import torch
 
+from pyg_dist.errors import PygDistError
 
-class PartitionFormatError(ValueError):
+
+class PartitionFormatError(ValueError, PygDistError):
     """A partition folder is missing a file, has another version, or is inconsistent."""
 
 

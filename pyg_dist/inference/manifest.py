@@ -20,6 +20,8 @@ from typing import Any, Dict, Iterator, List, Tuple, Union
 
 import numpy as np
 
+from pyg_dist.errors import PygDistError
+
 FORMAT = "pyg_dist-export"
 VERSION = 1
 MANIFEST = "manifest.json"
@@ -27,7 +29,7 @@ MANIFEST = "manifest.json"
 PathLike = Union[str, Path]
 
 
-class ExportFormatError(ValueError):
+class ExportFormatError(ValueError, PygDistError):
     """An export folder is not as the manifest contract says (names the file)."""
 
 

@@ -38,6 +38,7 @@ from torch_geometric.nn.conv import HeteroConv
 from torch_geometric.nn import norm as pyg_norm
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.typing import EdgeType
 
 AfterFunc = Callable[[int, Any], Any]
@@ -51,7 +52,7 @@ _MULTI_HOP = tuple(getattr(pyg_conv, name) for name in (
     "LGConv", "ClusterGCNConv") if hasattr(pyg_conv, name))
 
 
-class NotLayerwiseError(ValueError):
+class NotLayerwiseError(ValueError, PygDistError):
     """The model cannot be run one layer at a time over a partitioned graph."""
 
 

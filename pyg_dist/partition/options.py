@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.partition.assigners import METHODS
 
 MODES = ("memory", "out_of_core", "multi_machine")
 
 
-class PartitionOptionError(ValueError):
+class PartitionOptionError(ValueError, PygDistError):
     """An option (or a combination) the chosen mode cannot run; one line naming it."""
 
 

@@ -13,14 +13,15 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch.distributed as dist
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.rpc import health
 
 
-class DisagreementError(ValueError):
+class DisagreementError(ValueError, PygDistError):
     """Ranks disagree on a value that must be the same everywhere (raised on every rank)."""
 
 
-class PeerFailedError(RuntimeError):
+class PeerFailedError(RuntimeError, PygDistError):
     """Another rank failed, or did not answer, during a collective step."""
 
 

@@ -32,6 +32,7 @@ from typing import Dict, List
 
 import torch.distributed as dist
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.rpc.context import DistContext
 
 _ROOT = "pyg_dist/incarnation"
@@ -40,7 +41,7 @@ _AGREED: Dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
-class IncarnationError(RuntimeError):
+class IncarnationError(RuntimeError, PygDistError):
     """The ranks of a (re)started job could not agree on their incarnation in time."""
 
 

@@ -99,7 +99,7 @@ def tensorpipe_options() -> Dict[str, Any]:
     - ``PYG_DIST_RPC_SHM=1``: TensorPipe's defaults, shared memory included (lower
       latency per message where cores are to spare).
     - ``PYG_DIST_RPC_NETWORK_ONLY=1``: TCP only, tensors too, so emulated machines on one
-      host (:mod:`pyg_dist.testing.netns`) use their rate-limited links (shared memory or
+      host (:mod:`tests.support.netns`) use their rate-limited links (shared memory or
       cross-memory attach would cross network namespaces)."""
     network_only, shm = _flag(NETWORK_ONLY_ENV), _flag(SHM_ENV)
     if network_only and shm:

@@ -22,13 +22,15 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, TypeVar
 
+from pyg_dist.errors import PygDistError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _CALLEES: Dict[str, Callable[..., Any]] = {}  # name -> callee (its __module__ owns it)
 _READ_ONLY: set = set()  # callees that only read partition files (may run on a mapped copy)
 
 
-class RpcRemoteError(RuntimeError):
+class RpcRemoteError(RuntimeError, PygDistError):
     """A callee raised an exception of a type that is not re-created on the caller."""
 
 

@@ -16,11 +16,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.errors import PygDistError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class RemoteResponseError(RuntimeError):
+class RemoteResponseError(RuntimeError, PygDistError):
     """A peer's response does not match its request or this process's schema."""
 
 

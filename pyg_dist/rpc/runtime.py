@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.rpc import health, network, stores
 from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
@@ -48,7 +49,7 @@ _LOCK = threading.Lock()
 _SERVING: contextvars.ContextVar = contextvars.ContextVar("pyg_dist_serving", default=None)
 
 
-class RpcPeerError(RuntimeError):
+class RpcPeerError(RuntimeError, PygDistError):
     """An RPC to a peer failed (it died, timed out, or is unreachable)."""
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 from torch import Tensor
 
+from pyg_dist.errors import PygDistError
 from pyg_dist.format import files
 from pyg_dist.format.digest import bytes_digest
 from pyg_dist.sampler.cache import FeatureCache
@@ -43,7 +44,7 @@ NEW_GRACE_S = 600.0
 FORMAT, VERSION = "pyg_dist feature cache", 2
 
 
-class SharedCacheError(RuntimeError):
+class SharedCacheError(RuntimeError, PygDistError):
     """A shared cache file is missing, changed or not what it must be."""
 
 

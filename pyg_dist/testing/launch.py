@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+from pyg_dist.errors import PygDistError
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
@@ -43,7 +45,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class RanksFailed(RuntimeError):
+class RanksFailed(RuntimeError, PygDistError):
     """One or more ranks raised, died, or did not finish in time."""
 
 
@@ -88,7 +90,7 @@ def _share_fork_server() -> None:
     CPU per rank of every test with sampler workers). The server's address and "alive"
     pipe are inherited; ``multiprocessing`` only launches a new server because it did not
     start this one. Workers forked so write to the same stdout and stderr as the child.
-    :mod:`pyg_dist.testing.scripts` does not share it (its ranks' output goes to a log,
+    :mod:`tests.support.scripts` does not share it (its ranks' output goes to a log,
     and a worker may need the script as ``__main__``), nor does a test calling loaders
     in its own process: both start servers of their own, as trainers do."""
     from multiprocessing import forkserver, resource_tracker

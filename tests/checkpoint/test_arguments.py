@@ -1,5 +1,5 @@
 """Wrong arguments to ``checkpoint.save``/``load`` and to a loader's ``load_state_dict``
-raise an error naming the argument and what it must be (issue 23, item 8), before
+raise an error naming the argument and what it must be, before
 anything is written."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints from elsewhere (issue 23): loading one runs no code, a damaged one raises
+"""Checkpoints from elsewhere: loading one runs no code, a damaged one raises
 :class:`CheckpointError` naming the file (never "no checkpoint", never torch's
 ``CheckpointException`` or a bare ``EOFError``), and a byte changed in place in any file
 is detected by the digests recorded at save time.

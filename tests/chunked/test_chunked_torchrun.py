@@ -11,7 +11,7 @@ import pytest
 
 from pyg_dist.chunked import write_chunked
 from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.testing.scripts import run_script
+from tests.support.scripts import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 #: the canary's content; error messages that quote files show their first bytes, so the
@@ -23,7 +23,7 @@ EDGES = "_N:_E:_N"
 
 def _torchrun(args: List[str], timeout: float) -> Tuple[int, str]:
     """Two ranks of ``pyg-dist-partition`` as ``torchrun --nproc-per-node=2`` runs them
-    (forked from a warm fork server: :func:`pyg_dist.testing.scripts.run_script`)."""
+    (forked from a warm fork server: :func:`tests.support.scripts.run_script`)."""
     run = run_script("pyg_dist.cli.partition", args, 2, module=True, timeout=timeout,
                      cwd=REPO, extra_env={"OMP_NUM_THREADS": "1", "PYG_DIST_RPC_TIMEOUT": "20"})
     if run.timed_out:

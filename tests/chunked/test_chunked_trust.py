@@ -1,5 +1,5 @@
 """A chunked folder is untrusted: it reads nothing outside itself, only regular files, and
-its counts are checked before anything is sized by them (issue 23, item 2).
+its counts are checked before anything is sized by them.
 
 Every bad folder must give exit code 2 and one line, within 10 s, and a canary file
 outside the folder must never be read: its unique content never appears in the output.

@@ -1,5 +1,5 @@
 """PyG's heterogeneous and temporal link-prediction script styles, with data prepared PyG's
-way in dataset ids (:mod:`pyg_dist.testing.pyg_prep`): the lines those scripts run, with
+way in dataset ids (:mod:`tests.support.pyg_prep`): the lines those scripts run, with
 only the imports changed, give batches in dataset ids with the right labels, and temporal
 batches never hold an edge newer than its seed edge.
 
@@ -21,7 +21,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc)
 from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.testing.pyg_prep import write_pyg_link_files, write_pyg_node_files
+from tests.support.pyg_prep import write_pyg_link_files, write_pyg_node_files
 
 RATES = ("user", "rates", "movie")
 

@@ -3,7 +3,7 @@ batches they give over the original ``Data``/``HeteroData`` (ids in original spa
 
 PyG's ``NeighborSampler`` needs pyg-lib, which is not installable here: both sides of
 every comparison run on the test-only reference of pyg-lib's ops
-(:mod:`pyg_dist.testing.pyg_lib_reference`), registered by the ``pyg_lib`` fixture,
+(:mod:`tests.support.pyg_lib_reference`), registered by the ``pyg_lib`` fixture,
 with the same torch seed. A one-partition folder relabels edges (CSC order), so edge
 ids (``e_id``) and the neighbour order PyG samples from are the real test of the
 translation; node ids are checked against original ids as well.
@@ -23,7 +23,7 @@ from torch_geometric.loader import HGTLoader, LinkNeighborLoader, NeighborLoader
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.testing.pyg_lib_reference import index_sort, register_ops
+from tests.support.pyg_lib_reference import index_sort, register_ops
 
 NODE_ATTRS = ("x", "y", "nid")
 

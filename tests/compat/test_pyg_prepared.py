@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       Partitioner, node_split, shutdown_rpc)
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.pyg_prep import write_pyg_node_files
+from tests.support.pyg_prep import write_pyg_node_files
 
 CLASSES, NODES, NAME = 8, 800, "toy"
 

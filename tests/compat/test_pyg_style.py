@@ -11,7 +11,7 @@ import pytest
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       init_process_group, node_split, shutdown_rpc)
 from pyg_dist.testing import free_port, run_ranks
-from pyg_dist.testing.scripts import run_script
+from tests.support.scripts import run_script
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
@@ -56,7 +56,7 @@ def _our_style(parts: str) -> List[dict]:
 @pytest.mark.timeout(240)
 def test_a_pyg_style_script_runs_and_matches_our_style(pyg_layout, tmp_path):
     """Both processes run the script as ``python pyg_style_train.py --node_rank r ...``
-    (forked from a warm fork server: :func:`pyg_dist.testing.scripts.run_script`)."""
+    (forked from a warm fork server: :func:`tests.support.scripts.run_script`)."""
     ports = [str(free_port()) for _ in range(2)]
     rank_args = [["--dataset_root_dir", str(pyg_layout), "--node_rank", str(rank),
                   "--num_nodes", "2", "--num_epochs", str(EPOCHS), "--batch_size", str(BATCH),

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from pyg_dist import Partitioner
-from pyg_dist.testing import free_port, instrument
-from pyg_dist.testing.netns import EmulatedCluster, remove_leftovers, unavailable
+from pyg_dist.testing import free_port
+from tests.support import instrument
+from tests.support.netns import EmulatedCluster, remove_leftovers, unavailable
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "node_classification.py"
+EXAMPLE = REPO / "benchmarks" / "trainers" / "node_classification.py"
 INSTRUMENT = Path(instrument.__file__)  # reports the partitions read directly from files
 REASON = unavailable()
 pytestmark = [pytest.mark.multiprocess, pytest.mark.serial,  # rates over a shaped link

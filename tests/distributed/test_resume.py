@@ -1,7 +1,7 @@
 """A killed rank costs only the restart: ``torchrun --max-restarts=1``, 2 ranks on Cora,
-``examples/node_classification.py`` with ``--checkpoint-dir``; rank 1 SIGKILLs itself in
+``benchmarks/trainers/node_classification.py`` with ``--checkpoint-dir``; rank 1 SIGKILLs itself in
 the middle of epoch 3 of 5 in the first incarnation (``--kill-at`` of
-:mod:`pyg_dist.testing.instrument`, which runs the unmodified example).
+:mod:`tests.support.instrument`, which runs the unmodified example).
 
 The job must exit 0, resume exactly from its last checkpoint, and train on the same seeds
 as a fault-free run with the same seed, batch for batch: every rank logs each trained
@@ -12,7 +12,7 @@ second's. Each seed is trained on exactly once per epoch, and the final test acc
 within 0.01 of the fault-free run's.
 
 The jobs fork their ranks from a warm fork server, as torchrun runs them (restart
-included: :func:`pyg_dist.testing.scripts.run_script`); the in-process-sampling case of
+included: :func:`tests.support.scripts.run_script`); the in-process-sampling case of
 the killed rank runs under the real ``torchrun``.
 """
 from __future__ import annotations
@@ -30,7 +30,8 @@ import torch
 
 from pyg_dist import DistEmbedding, Partitioner, shutdown_rpc
 from pyg_dist.embedding import load_checkpoint
-from pyg_dist.testing import free_port, instrument
+from pyg_dist.testing import free_port
+from tests.support import instrument
 from test_training import (EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, run_job, start,
                            wait)
 

@@ -1,7 +1,8 @@
-"""End-to-end training jobs: the examples as ``torchrun`` runs them.
+"""End-to-end training jobs: the full-featured trainers (``benchmarks/trainers/``) as
+``torchrun`` runs them; the short examples a user copies are run by tests/examples.
 
 Jobs that only need to run to their end fork their ranks from a warm fork server
-(:func:`pyg_dist.testing.scripts.run_script`: torchrun's variables, sessions, failure and
+(:func:`tests.support.scripts.run_script`: torchrun's variables, sessions, failure and
 restart policy, without ~10 s of imports per rank); the tests of what torchrun itself
 does (two torchrun commands as two machines, its report of a killed or stalled rank) start
 the real one, as a subprocess in its own session. Every job has a timeout; its exit code
@@ -30,13 +31,14 @@ import torch
 from pyg_dist import Partitioner
 from pyg_dist.inference import read_export
 from pyg_dist.testing import free_port
-from pyg_dist.testing.scripts import run_script
+from tests.support.scripts import run_script
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "node_classification.py"
-EMBEDDING_EXAMPLE = REPO / "examples" / "embedding_node_classification.py"
+TRAINERS = REPO / "benchmarks" / "trainers"
+EXAMPLE = TRAINERS / "node_classification.py"
+EMBEDDING_EXAMPLE = TRAINERS / "embedding_node_classification.py"
 MARKER_ENV = "PYG_DIST_TEST_JOB"
 # Tuned so that 2 trainers (one full-batch step per epoch, DDP-averaged) and 1 trainer
 # (batch 160 = both shares) train the same model; fixed seeds make the runs repeatable.
@@ -388,7 +390,7 @@ def test_other_examples_train_and_report(example, cora_parts, hetero_graph, tmp_
     else:
         parts, metric, floor = cora_parts[2], "test_auc", 0.6  # chance is 0.5
     job = run_job(["--partition-dir", str(parts), "--epochs", "3", *extra], nproc=2,
-                  timeout=90, script=REPO / "examples" / f"{example}.py")
+                  timeout=90, script=TRAINERS / f"{example}.py")
     assert job.returncode == 0, job.describe()
     result = job.result()
     assert (result["world_size"], result["num_parts"], result["epochs"]) == (2, 2, 3)

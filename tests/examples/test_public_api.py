@@ -1,4 +1,5 @@
-"""The examples are single files a user can copy: public API only, no test hooks."""
+"""The examples are single files a user can copy: public API only, no test hooks, short
+enough to read in one sitting."""
 from __future__ import annotations
 
 import ast
@@ -9,13 +10,24 @@ import pytest
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
 # pyg_dist packages whose public names (``__all__``) examples may import
-PUBLIC = {"pyg_dist", "pyg_dist.inference", "pyg_dist.embedding", "pyg_dist.checkpoint"}
+PUBLIC = {"pyg_dist", "pyg_dist.inference", "pyg_dist.embedding", "pyg_dist.checkpoint",
+          "pyg_dist.loop"}
+MAX_LINES = 150
 
 
 def test_every_example_is_one_file():
     names = [p.name for p in EXAMPLES]
     assert names == ["embedding_node_classification.py", "hetero_node_classification.py",
-                     "link_prediction.py", "node_classification.py"], names
+                     "inference.py", "link_prediction.py", "node_classification.py"], names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_reads_in_one_sitting(path):
+    lines = path.read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"{path.name}: {len(lines)} lines (at most {MAX_LINES})"
+    tree = ast.parse("\n".join(lines))
+    classes = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    assert "Trainer" not in classes, "the loop is written out, not a shared class"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

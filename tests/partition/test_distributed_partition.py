@@ -29,7 +29,7 @@ from pyg_dist.format.tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
 from pyg_dist.testing.launch import run_ranks
-from pyg_dist.testing.scripts import run_script
+from tests.support.scripts import run_script
 from test_outofcore import _cut, _homo, assert_same_output
 from test_roundtrip import check_roundtrip
 
@@ -176,7 +176,7 @@ def _torchrun(args: List[str], port: int, nnodes: int = 1, node_rank: int = 0,
 
 def _one_machine(args: List[str], timeout: float) -> Tuple[int, str]:
     """``torchrun --nproc-per-node=2 -m pyg_dist.cli.partition args``, its ranks forked
-    from a warm fork server (:func:`pyg_dist.testing.scripts.run_script`); the tests of
+    from a warm fork server (:func:`tests.support.scripts.run_script`); the tests of
     two machines start the real torchrun, twice."""
     run = run_script("pyg_dist.cli.partition", args, 2, module=True, timeout=timeout,
                      cwd=REPO, extra_env={"OMP_NUM_THREADS": "1", "PYG_DIST_RPC_TIMEOUT": "20"})

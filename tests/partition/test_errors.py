@@ -156,7 +156,7 @@ def test_crash_leaves_no_half_written_folder(cora, tmp_path: Path, monkeypatch) 
 
 
 def test_node_attribute_with_wrong_row_count_is_an_error(tmp_path: Path) -> None:
-    """It used to be dropped with only a warning (issue 23, item 8)."""
+    """It used to be dropped with only a warning."""
     from torch_geometric.data import Data
 
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_dist.testing import instrument
+from tests.support import instrument
 
 
 def test_options_before_the_example_and_its_own_after():

@@ -1,8 +1,8 @@
 """The ``multiprocess`` marker rule: every test that starts a process carries it.
 
 ``pytest -m "not multiprocess"`` is the quick inner loop; it stays one-process because
-this file reads the whole test tree (:mod:`pyg_dist.testing.spawn_scan`) and the
-conftest's run-time guard (:mod:`pyg_dist.testing.spawn_guard`) fails any unmarked test
+this file reads the whole test tree (:mod:`tests.support.spawn_scan`) and the
+conftest's run-time guard (:mod:`tests.support.spawn_guard`) fails any unmarked test
 that starts a process anyway (e.g. through a loader's sampler workers).
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Dict
 
 import pytest
 
-from pyg_dist.testing.spawn_guard import SpawnGuard
-from pyg_dist.testing.spawn_scan import Scanner, parse_module, unmarked_spawning_tests
+from tests.support.spawn_guard import SpawnGuard
+from tests.support.spawn_scan import Scanner, parse_module, unmarked_spawning_tests
 
 TESTS = Path(__file__).resolve().parents[1]
 

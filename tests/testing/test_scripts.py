@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_dist.testing.scripts import run_script
+from tests.support.scripts import run_script
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 

@@ -12,6 +12,7 @@ import resource
 from dataclasses import dataclass
 
 from pyg_dist.chunked.limits import format_size
+from pyg_dist.errors import PygDistError
 
 __all__ = ["MemoryBudget", "MemoryBudgetError", "parse_size", "format_size", "peak_rss_bytes",
            "OUT_OF_CORE_BYTES_PER_NODE", "DIST_BYTES_PER_NODE"]
@@ -33,7 +34,7 @@ OUT_OF_CORE_BYTES_PER_NODE = 100
 DIST_BYTES_PER_NODE = 170
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(ValueError, PygDistError):
     """The memory budget is too small for a step; the message names the size needed."""
 
 

@@ -1,14 +1,15 @@
-"""Runs an example with test faults and benchmark figures attached from outside.
+"""Runs a training script with test faults and benchmark figures attached from outside.
 
-The examples are plain user scripts: no test hooks, no benchmark fields. Tests and
-benchmarks run them through this wrapper instead, under ``torchrun``::
+The trainers (``benchmarks/trainers/``) and the examples are plain scripts: no test
+hooks, no benchmark fields. Tests and benchmarks run them through this wrapper instead,
+under ``torchrun``::
 
-    torchrun --nproc-per-node=2 ... pyg_dist/testing/instrument.py \\
-        --kill-at 3:3 --seed-log DIR -- examples/node_classification.py --partition-dir ...
+    torchrun --nproc-per-node=2 ... tests/support/instrument.py --kill-at 3:3 \\
+        --seed-log DIR -- benchmarks/trainers/node_classification.py --partition-dir ...
 
-It patches public entry points before the example starts (the training loader's
-iteration, ``pyg_dist.checkpoint.save``/``load``, ``pyg_dist.shutdown_rpc``), runs the
-example as ``__main__``, and at its end prints one line per rank,
+It patches public entry points before the script starts (the training loader's
+iteration, ``pyg_dist.checkpoint.save``/``load``, ``pyg_dist.shutdown_rpc`` and
+``pyg_dist.loop.finish``'s call of it), runs the script as ``__main__``, and at its end prints one line per rank,
 ``instrument: {"rank": r, ...}`` (not starting with ``{``: the example's JSON line stays
 its last), holding:
 
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 import pyg_dist
-from pyg_dist import checkpoint
+from pyg_dist import checkpoint, loop
 from pyg_dist.checkpoint import files as checkpoint_files
 from pyg_dist.loader.base import DistLoader
 from pyg_dist.rpc import runtime
@@ -173,6 +174,8 @@ def patch_checkpoints(faults: Faults, figures: Figures) -> None:
 
 
 def patch_shutdown(figures: Figures) -> None:
+    """Records the direct partitions and the memory when the job leaves RPC, through
+    ``pyg_dist.shutdown_rpc`` or :func:`pyg_dist.loop.finish`."""
     shutdown = pyg_dist.shutdown_rpc
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -181,6 +184,7 @@ def patch_shutdown(figures: Figures) -> None:
         figures.memory = {k: v for k, v in process_memory().items() if k != "anon_mb"}
         return shutdown(*args, **kwargs)
     pyg_dist.shutdown_rpc = recorded  # type: ignore[assignment]
+    loop.shutdown_rpc = recorded  # type: ignore[attr-defined]
 
 
 def parse(argv: List[str]) -> Tuple[Faults, List[str]]:
@@ -211,6 +215,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     patch_checkpoints(faults, figures)
     patch_shutdown(figures)
     sys.argv = list(example)
+    sys.path[0] = os.path.dirname(os.path.abspath(example[0]))  # as ``python SCRIPT`` does
     runpy.run_path(example[0], run_name="__main__")
     emit(figures.report())
 

@@ -1,6 +1,6 @@
 """Notices, while a test runs, every process it starts (for the ``multiprocess`` marker).
 
-:mod:`pyg_dist.testing.spawn_scan` reads the tests; this guard watches them run, so a
+:mod:`tests.support.spawn_scan` reads the tests; this guard watches them run, so a
 process that only a library call starts (a loader's sampler workers, METIS in a child)
 is seen too. ``subprocess``, ``os.fork``/``os.exec*``/``os.posix_spawn`` and
 ``os.system`` raise audit events; ``multiprocessing``'s spawn and forkserver starts do

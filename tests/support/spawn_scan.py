@@ -8,7 +8,7 @@ file or in a helper module beside it under ``tests/``) starts a process: ``subpr
 ``@pytest.mark.multiprocess`` or sit under a ``pytestmark`` that holds it, so that
 ``pytest -m "not multiprocess"`` is a quick inner loop. Starts that only a library call
 makes (a loader with ``num_workers > 0``) are not visible here; the run-time guard in
-:mod:`pyg_dist.testing.spawn_guard` catches those.
+:mod:`tests.support.spawn_guard` catches those.
 """
 from __future__ import annotations
 
