@@ -2,7 +2,7 @@
 ``torchrun --max-restarts``; every job must finish with exit code 0 and the same final
 weights as an uninterrupted run.
 
-The job is ``examples/node_classification.py`` on Cora split in two (full fan-out, so
+The job is ``benchmarks/trainers/node_classification.py`` on Cora split in two (full fan-out, so
 each batch has one right answer; a checkpoint every ``--checkpoint-every`` batches, the
 last one at the final step). Each job gets 1 to ``--max-kills-per-job`` SIGKILLs, each at a random
 moment of an incarnation's training (uniform over how long the uninterrupted run trains,
@@ -38,7 +38,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "node_classification.py"
+sys.path.insert(0, str(REPO))  # the repository: tests.support
+EXAMPLE = REPO / "benchmarks" / "trainers" / "node_classification.py"
 KEEP = 2  # the example's checkpoint.save default
 
 
@@ -232,7 +233,7 @@ def run_forked(args: argparse.Namespace, parts: Path, work: Path, kills: int,
     """One job with ranks forked as torchrun runs them (:func:`run_script`, restarts
     included), ``kills`` SIGKILLs of random ranks at random moments of an incarnation;
     returns the exit code, the output, the kills made and how long the ranks lived."""
-    from pyg_dist.testing.scripts import run_script
+    from tests.support.scripts import run_script
     done, made, seen = {}, [], set()
     argv = job_cmd(args, parts, work / "ckpt", kills)[7:]
 
@@ -268,14 +269,13 @@ def main() -> None:
     p.add_argument("--max-kills-per-job", type=int, default=2)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--checkpoint-every", type=int, default=2)
-    p.add_argument("--cora-root", default=str(REPO.parent.parent / "shared" / "data" /
-                                              "planetoid"))
+    p.add_argument("--cora-root", default=str(REPO / "tests" / "data" / "planetoid"))
     p.add_argument("--job-timeout", type=float, default=600)
     p.add_argument("--orphan-timeout", type=float, default=90)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--launcher", choices=["torchrun", "forked"], default="torchrun",
                    help="forked: ranks forked from a warm server as torchrun runs them "
-                        "(pyg_dist.testing.scripts; restarts in seconds, no agent to kill)")
+                        "(tests.support.scripts; restarts in seconds, no agent to kill)")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--failures", default=None, help="append failed jobs' details here (JSON lines)")
     args = p.parse_args()

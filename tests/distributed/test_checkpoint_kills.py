@@ -8,7 +8,7 @@ The job (``checkpoint_job.py``) trains 6 steps on Cora, saving every 2 with ``ke
 the kill comes in the save of step 4 (so the save also prunes step 2) or in the first
 load of a job that starts from a step-4 checkpoint. ``checkpoint_kill.py`` patches the
 phase's library function from outside and makes the walk deterministic (see there).
-Ranks are forked as torchrun runs them (:func:`pyg_dist.testing.scripts.run_script`).
+Ranks are forked as torchrun runs them (:func:`tests.support.scripts.run_script`).
 
 2 ranks: every save phase x every rank, every load phase x every rank (26 jobs). 3 ranks:
 the whole matrix too, but only the phases around the switch (``digests``, ``info``,
@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 from pyg_dist import Partitioner
-from pyg_dist.testing.scripts import ScriptRun, run_script
+from tests.support.scripts import ScriptRun, run_script
 from pyg_dist.testing.graphs import encode_ids
 from checkpoint_kill import LOAD_PHASES, SAVE_PHASES
 
