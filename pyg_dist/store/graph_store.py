@@ -242,9 +242,11 @@ class LocalGraphStore(PygGraphApi, GraphStore):
     def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[EdgeTensorType]:
         """Stored edges in original ids.
 
-        ``COO`` gives original ``(src, dst)`` ordered by original edge id; ``CSC`` gives
-        ``(row, colptr)``: ``colptr`` over every original destination id of the type,
-        each column's sources in original edge id order; ``CSR`` likewise by source.
+        ``COO`` gives original ``(src, dst)`` ordered by original edge id, as one
+        ``[2, num_edges]`` tensor (as PyG's stores give it; ``src, dst = ...`` works);
+        ``CSC`` gives ``(row, colptr)``: ``colptr`` over every original destination id of
+        the type, each column's sources in original edge id order; ``CSR`` likewise by
+        source.
         The original edge id of each position is in the third output of :meth:`coo`,
         :meth:`csc`, :meth:`csr`.
         """
@@ -252,6 +254,8 @@ class LocalGraphStore(PygGraphApi, GraphStore):
         if edge_type is None:
             return self.memory.get(edge_attr)
         first, second, _ = self.original_layout(edge_type, edge_attr.layout)
+        if EdgeLayout(edge_attr.layout) == EdgeLayout.COO:  # PyG's stores give [2, E]
+            return torch.stack([first, second])
         return first, second
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:

@@ -217,3 +217,13 @@ def test_edge_attrs_report_the_layout_get_edge_index_gives(which: str, request) 
         assert torch.equal(gs.get_edge_id(extra), torch.tensor([7, 9]))
         assert gs.get_all_edge_attrs()[-1].edge_type == ("a", "to", "b")
         assert gs.remove_edge_id(extra) and gs.remove_edge_index(extra)
+
+
+def test_coo_edge_index_is_one_tensor_as_pygs(temporal) -> None:
+    """PyG's scripts size their link labels by ``get_edge_index(None, 'coo').size(1)``."""
+    data, root = temporal
+    gs = LocalGraphStore.from_partition(root, 1)
+    edge_index = gs.get_edge_index(None, "coo")
+    eid = gs.get_edge_id(None, "coo")
+    assert edge_index.shape == (2, eid.numel())
+    assert torch.equal(edge_index, data.edge_index[:, eid])
