@@ -33,6 +33,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -210,7 +211,14 @@ def run(tests: Dict[str, str], args: argparse.Namespace, work: Path) -> Optional
         cmd.append(f"--timeout={args.timeout}")
     if args.k:
         cmd += ["-k", args.k]
-    subprocess.run(cmd, cwd=work, env=env)
+    proc = subprocess.Popen(cmd, cwd=work, env=env, start_new_session=True)
+    try:
+        proc.wait()
+    finally:  # processes a timed-out test started outlive it: end them with pytest's
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     return xml if xml.exists() else None
 
 
