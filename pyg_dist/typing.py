@@ -36,9 +36,22 @@ def node_type_of(group: Optional[NodeType]) -> NodeType:
     return HOMO_NODE if group is None else group
 
 
+#: PyG's name of a homogeneous graph's edge group (``torch_geometric.distributed``'s
+#: feature stores key edge attributes by it)
+PYG_HOMO_EDGE = (None, None)
+
+
+def is_homo_alias(group: object) -> bool:
+    """Whether ``group`` is ``None`` or PyG's ``(None, None)`` (a homogeneous graph's
+    node or edge group)."""
+    return group is None or (isinstance(group, (tuple, list)) and len(group) == 2
+                             and group[0] is None and group[1] is None)
+
+
 def edge_type_of(group: Optional[Union[EdgeType, list]]) -> EdgeType:
-    """Maps ``None`` (a homogeneous graph) to :data:`HOMO_EDGE`."""
-    if group is None:
+    """Maps ``None`` and PyG's ``(None, None)`` (a homogeneous graph) to
+    :data:`HOMO_EDGE`."""
+    if is_homo_alias(group):
         return HOMO_EDGE
     if isinstance(group, str):
         return parse_edge_key(group)

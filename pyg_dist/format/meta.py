@@ -41,7 +41,7 @@ from pyg_dist.format.digest import ALGORITHM
 from pyg_dist.format.identity import fallback_uid
 from pyg_dist.format.schema import Field, PartitionFormatError
 from pyg_dist.typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key, edge_type_of,
-                             parse_edge_key)
+                             is_homo_alias, parse_edge_key)
 
 FORMAT = "pyg_dist"
 VERSION = 2  #: written; v2 keeps each partition's original ids in its own folder
@@ -156,8 +156,9 @@ class PartitionMeta:
         return group
 
     def edge_type(self, group: Optional[Any]) -> EdgeType:
-        """Resolves a user-given edge type (``None`` for homogeneous graphs)."""
-        if group is None and self.is_hetero:
+        """Resolves a user-given edge type (``None`` or PyG's ``(None, None)`` for
+        homogeneous graphs)."""
+        if is_homo_alias(group) and self.is_hetero:
             raise ValueError(f"the graph is heterogeneous: name an edge type "
                              f"(one of {[edge_key(t) for t in self.edge_types]})")
         edge_type = edge_type_of(group)

@@ -25,7 +25,7 @@ from torch_geometric.sampler import NegativeSampling
 
 from pyg_dist.loader.arguments import check_device, check_loader_options, check_sizes
 from pyg_dist.loader.collate import Batch
-from pyg_dist.loader.compat import accept_pyg_options
+from pyg_dist.loader.compat import accept_pyg_options, rendezvous_context
 from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
 from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
@@ -97,8 +97,9 @@ class DistLoader:
             ``float16`` (half the bytes; values rounded to that type); a type for all,
             or a dict by attribute (:mod:`pyg_dist.sampler.wire`). Default: as stored.
         **pyg_options: the loader options of ``torch_geometric.distributed``
-            (``master_addr``, ``master_port``, ``async_sampling``, ``persistent_workers``,
-            ``filter_per_worker``, ``num_rpc_threads``), accepted so its scripts run
+            (``master_addr``, ``master_port``, ``channel``, ``async_sampling``,
+            ``persistent_workers``, ``filter_per_worker``, ``num_rpc_threads``,
+            ``dist_sampler=None``), accepted so its scripts run
             unchanged; see :mod:`pyg_dist.loader.compat` for what each does here.
     """
 
@@ -115,7 +116,7 @@ class DistLoader:
                  feature_cache: Union[int, float, None] = None, wire_dtype: WireSpec = None,
                  **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
-        self.ctx = _context(current_ctx)
+        self.ctx = rendezvous_context(_context(current_ctx), pyg_options)
         self._ids: Optional[PartIds] = None
         sampling = dict(num_neighbors=num_neighbors, replace=replace,
                         subgraph_type=subgraph_type, disjoint=disjoint,

@@ -7,17 +7,25 @@ reason logged once (at INFO) and documented here. Any other unknown name still r
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Dict
+
+import torch.distributed as dist
+
+from pyg_dist.rpc import runtime
+from pyg_dist.rpc.context import DistContext
 
 log = logging.getLogger("pyg_dist")
 
 #: option -> what it means in pyg_dist
 PYG_LOADER_OPTIONS: Dict[str, str] = {
-    "master_addr": "no effect: RPC meets through the process group's store, no address "
-                   "of its own",
-    "master_port": "no effect: RPC meets through the process group's store, no port of "
-                   "its own",
+    "master_addr": "the rendezvous host when no process group exists yet (pyg_dist then "
+                   "creates it there); no effect once there is one (RPC meets through "
+                   "the process group's store)",
+    "master_port": "the rendezvous port when no process group exists yet; no effect once "
+                   "there is one",
+    "channel": "no effect: batches come back through the loader's own queues",
     "async_sampling": "no effect: sampling is always asynchronous (an asyncio loop in the "
                       "trainer, or sampler worker processes)",
     "persistent_workers": "no effect: sampler workers live as long as their loader",
@@ -46,11 +54,32 @@ def accept_pyg_options(options: Dict[str, Any], what: str) -> None:
                                   f"supported; pass the sampling options to the loader")
     threads = options.get("num_rpc_threads")
     if threads is not None:
-        from pyg_dist.rpc import runtime
-
         runtime.set_rpc_threads(int(threads))
     for name in options:
         if name not in _SAID:
             _SAID.add(name)
             log.info("pyg_dist: loader option %s (from torch_geometric.distributed): %s",
                      name, PYG_LOADER_OPTIONS[name])
+
+
+def rendezvous_context(ctx: DistContext, options: Dict[str, Any]) -> DistContext:
+    """``ctx`` meeting at the ``master_addr`` / ``master_port`` among ``options`` when
+    given and this process has no process group (nor RPC) yet, as
+    ``torch_geometric.distributed``'s loaders met there; else ``ctx`` unchanged.
+
+    Raises:
+        ValueError: ``master_port`` is not a port number.
+    """
+    addr, port = options.get("master_addr"), options.get("master_port")
+    if (addr is None and port is None) or dist.is_initialized() or runtime.is_initialized():
+        return ctx
+    if port is not None:
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            port = -1
+        if not 0 < port < 65536:
+            raise ValueError(f"master_port must be a port number in [1, 65535], got "
+                             f"{options['master_port']!r}")
+    return dataclasses.replace(ctx, master_addr=ctx.master_addr if addr is None else str(addr),
+                               master_port=ctx.master_port if port is None else port)

@@ -27,6 +27,10 @@ class DistContext:
     partition ``p`` where ``k = world_size // num_parts`` (so one ``torchrun`` per
     machine with ``--nproc-per-node=k`` loads partition ``node_rank``).
 
+    The first five fields are ``torch_geometric.distributed``'s, in its order:
+    ``DistContext(rank, global_rank, world_size, global_world_size, group_name)``
+    positionally works as there; pass the others by name.
+
     Args:
         rank (int): global rank (``RANK``).
         world_size (int): number of trainer processes (``WORLD_SIZE``).
@@ -37,11 +41,11 @@ class DistContext:
         master_port (int): rendezvous port (``MASTER_PORT``).
         rpc_timeout (float): seconds before an RPC to a peer is declared failed; the
             job's timeout for every wait.
-        global_rank, global_world_size, group_name: accepted for scripts written for
-            ``torch_geometric.distributed`` (``DistContext(rank=, global_rank=,
-            world_size=, global_world_size=, group_name=)``). pyg_dist has one group of
-            trainers, so the global values must equal ``rank`` / ``world_size``;
-            ``group_name`` is informative only (RPC groups are named by pyg_dist).
+        global_rank, global_world_size, group_name, role: accepted for scripts written
+            for ``torch_geometric.distributed``. pyg_dist has one group of trainers, so
+            the global values must equal ``rank`` / ``world_size``; ``group_name``
+            names :attr:`worker_name`, and ``role`` is informative (RPC groups are
+            named by pyg_dist).
         direct_reads (bool, optional): read other partitions' files directly when
             their owner runs on this machine and mapped them
             (:mod:`pyg_dist.sampler.direct`); ``None`` (default): on unless
@@ -54,17 +58,17 @@ class DistContext:
             it when they join, sampler workers inherit their trainer's.
     """
     rank: int = 0
+    global_rank: Optional[int] = None
     world_size: int = 1
+    global_world_size: Optional[int] = None
+    group_name: str = ""
+    role: Optional[object] = None
     local_rank: int = 0
     local_world_size: int = 1
     group_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
-    global_rank: Optional[int] = None
-    global_world_size: Optional[int] = None
-    group_name: str = ""
-    role: Optional[object] = None
     direct_reads: Optional[bool] = None
     restart_count: int = 0
     incarnation: Optional[str] = None
@@ -104,6 +108,12 @@ class DistContext:
                    master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
                    master_port=_env_int(env, "MASTER_PORT", 29500), rpc_timeout=timeout,
                    restart_count=_env_int(env, "TORCHELASTIC_RESTART_COUNT", 0))
+
+    @property
+    def worker_name(self) -> str:
+        """``"<group_name>-<rank>"``, as ``torch_geometric.distributed`` names a process
+        (pyg_dist's RPC workers have names of their own, e.g. ``trainers0-<rank>``)."""
+        return f"{self.group_name}-{self.rank}"
 
     def with_timeout(self, rpc_timeout: float) -> "DistContext":
         return replace(self, rpc_timeout=rpc_timeout)

@@ -79,7 +79,7 @@ def private_state(features: LocalFeatureStore, graph: LocalGraphStore) -> List[s
     """What the stores hold beyond their mapped files (empty: nothing)."""
     out = [f"attribute '{a}' of {g}" for g, attrs in features._tensors.items()
            for a in attrs if (g, a) not in features.from_file]
-    out += [f"edges {key[0]} put into the graph store" for key in graph._extra]
+    out += [f"edges {key[0]} put into the graph store" for key in graph.memory.index]
     return out
 
 

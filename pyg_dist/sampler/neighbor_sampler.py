@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import dataclasses
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import split_by_owner
 from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
+from pyg_dist.sampler.compat import accept_pyg_sampler_options, pyg_order
 from pyg_dist.sampler.induced import induce
 from pyg_dist.sampler import hop_round, shared_cache
 from pyg_dist.sampler.features import FeatureFetcher
@@ -80,6 +81,10 @@ class DistNeighborSampler(BaseSampler):
             peers may cache it). ``None``/``0``: no cache.
         wire_dtype (optional): float32 attributes peers send as ``bfloat16`` or
             ``float16``, cast back on arrival (:mod:`pyg_dist.sampler.wire`).
+        **pyg_options: ``torch_geometric.distributed``'s ``channel``, ``concurrency``,
+            ``device``, ``shuffle`` and ``rpc_worker_names``: accepted with no effect,
+            warned about once (:mod:`pyg_dist.sampler.compat`). Its positional order
+            ``(current_ctx, data, num_neighbors)`` is accepted too.
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
@@ -88,7 +93,9 @@ class DistNeighborSampler(BaseSampler):
                  disjoint: bool = False, temporal_strategy: str = "uniform",
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  seed: Optional[int] = None, feature_cache: Budget = None,
-                 wire_dtype: WireSpec = None) -> None:
+                 wire_dtype: WireSpec = None, **pyg_options: Any) -> None:
+        data, num_neighbors, current_ctx = pyg_order(data, num_neighbors, current_ctx)
+        accept_pyg_sampler_options(pyg_options)
         features, graph = unpack_stores(data)
         keep_freed_memory()  # each batch's arrays reuse the last one's pages
         self.features, self.graph, self.meta = features, graph, graph.meta
@@ -342,6 +349,11 @@ def unpack_stores(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
             or not isinstance(data[1], LocalGraphStore)):
         raise TypeError("data must be a (LocalFeatureStore, LocalGraphStore) pair, got "
                         f"{type(data).__name__}")
+    if not (data[0].is_partitioned and data[1].is_partitioned):
+        raise ValueError("data: stores built in memory (LocalFeatureStore() / from_data) "
+                         "have no partitioning; pyg_dist's samplers and loaders need stores "
+                         "opened with from_partition (write one with Partitioner, one "
+                         "partition for one machine)")
     return data[0], data[1]
 
 

@@ -15,6 +15,8 @@ from pyg_dist.format.manifest import check_files
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.madvise import MADV_DONTNEED, advise
 from pyg_dist.store.ids import OwnedIds, PartitionIds
+from pyg_dist.store.memory import MemoryFeatures, feature_group
+from pyg_dist.store.pyg_features import PygFeatureApi, tensor_attrs
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
@@ -35,7 +37,7 @@ class StoreAttr(TensorAttr):
         super().__init__(group_name, attr_name, index)
 
 
-class LocalFeatureStore(FeatureStore):
+class LocalFeatureStore(PygFeatureApi, FeatureStore):
     """Attributes of the nodes and edges one partition owns, as a PyG ``FeatureStore``.
 
     ``get_tensor(group_name, attr_name, index)``, ``multi_get_tensor`` and
@@ -52,8 +54,17 @@ class LocalFeatureStore(FeatureStore):
     pyg_dist's own sampler reads rows by relabelled (internal range) id through
     :meth:`gather`; :attr:`id_tables` translates between the two spaces.
 
+    ``LocalFeatureStore()`` (no arguments), :meth:`from_data` and
+    :meth:`from_hetero_data` build a store in memory as PyG's do
+    (:mod:`pyg_dist.store.memory`): it holds what is put, and ``index`` takes the ids
+    given by :meth:`put_global_id` (row numbers where none were given). PyG's other
+    names (``get_global_id``, ``get_tensor_from_global_id``, ``num_partitions``,
+    ``partition_idx``, ``node_feat_pb``, ...) are in
+    :class:`~pyg_dist.store.pyg_features.PygFeatureApi`.
+
     Args:
-        meta (PartitionMeta): the description of the whole partitioned graph.
+        meta (PartitionMeta, optional): the description of the whole partitioned graph
+            (``None``: a store in memory).
         part (int): the partition this store holds.
         node_feats (Dict[NodeType, Dict[str, Tensor]]): owned node rows, in id order.
         edge_feats (Dict[EdgeType, Dict[str, Tensor]]): owned edge rows, in id order.
@@ -61,21 +72,26 @@ class LocalFeatureStore(FeatureStore):
             (``train``, ``val``, ``test``, ...).
     """
 
-    def __init__(self, meta: PartitionMeta, part: int,
-                 node_feats: Dict[NodeType, Dict[str, Tensor]],
-                 edge_feats: Dict[EdgeType, Dict[str, Tensor]],
+    def __init__(self, meta: Optional[PartitionMeta] = None, part: int = 0,
+                 node_feats: Optional[Dict[NodeType, Dict[str, Tensor]]] = None,
+                 edge_feats: Optional[Dict[EdgeType, Dict[str, Tensor]]] = None,
                  splits: Optional[Dict[NodeType, Dict[str, Tensor]]] = None) -> None:
         super().__init__(tensor_attr_cls=StoreAttr)
         self.meta = meta
         self.part = part
+        #: what is put into a store built in memory (``None``: opened from a partition)
+        self.memory: Optional[MemoryFeatures] = MemoryFeatures() if meta is None else None
+        node_feats, edge_feats = node_feats or {}, edge_feats or {}
         self._tensors: Dict[Group, Dict[str, Tensor]] = {}
-        for node_type in meta.node_types:
+        for node_type in meta.node_types if meta else ():
             self._tensors[node_type] = dict(node_feats.get(node_type, {}))
-        for edge_type in meta.edge_types:
+        for edge_type in meta.edge_types if meta else ():
             self._tensors[edge_type] = dict(edge_feats.get(edge_type, {}))
         self.splits = splits or {}
-        self._books: Dict[Group, RangeBook] = {t: meta.node_book(t) for t in meta.node_types}
-        self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
+        self._books: Dict[Group, RangeBook] = {}
+        if meta is not None:
+            self._books = {t: meta.node_book(t) for t in meta.node_types}
+            self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
         self._labels: Optional[Tensor] = None
         #: the mapped feature files (``None``: tensors held in this process's memory)
         self.source: Optional[PartitionSource] = None
@@ -240,7 +256,12 @@ class LocalFeatureStore(FeatureStore):
         owned = self.owned_ids(group)
         if isinstance(index, slice):
             index = torch.arange(owned.total)[index]
-        return owned.to_rows(index, "index")
+        try:
+            return owned.to_rows(index, "index")
+        except ValueError as exc:
+            raise ValueError(f"{exc} (get_tensor's index takes the dataset's original ids; "
+                             f"partition-local rows r are index=get_global_id(group)[r])"
+                             ) from None
 
     # ---- FeatureStore interface ----------------------------------------------------
     def seal(self, reason: str) -> None:
@@ -252,8 +273,20 @@ class LocalFeatureStore(FeatureStore):
             raise ValueError(f"cannot change attribute '{attr.attr_name}' of partition "
                              f"{self.part}: {self._sealed}")
 
+    def _memory_group(self, attr: TensorAttr) -> Any:
+        """The group of a store in memory; for ``None``, a homogeneous graph's edge
+        attribute when no node attribute has the name (as :meth:`resolve`)."""
+        group = feature_group(attr.group_name)
+        if group is None and (None, attr.attr_name) not in self.memory.tensors and \
+                ((None, None), attr.attr_name) in self.memory.tensors:
+            return (None, None)
+        return group
+
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
         self._check_writable(attr)
+        if self.memory is not None:
+            self.memory.put(tensor, self._memory_group(attr), attr.attr_name, attr.index)
+            return True
         group = self.resolve(attr.group_name, attr.attr_name)
         attrs = self._tensors[group]
         if attr.index is None:
@@ -273,6 +306,8 @@ class LocalFeatureStore(FeatureStore):
         return True
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
+        if self.memory is not None:
+            return self.memory.get(self._memory_group(attr), attr.attr_name, attr.index)
         group = self.resolve(attr.group_name, attr.attr_name)
         if attr.attr_name not in self._tensors[group]:
             return None
@@ -284,6 +319,8 @@ class LocalFeatureStore(FeatureStore):
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._check_writable(attr)
+        if self.memory is not None:
+            return self.memory.remove(self._memory_group(attr), attr.attr_name)
         group = self.resolve(attr.group_name, attr.attr_name)
         self.from_file.discard((group, attr.attr_name))
         return self._tensors[group].pop(attr.attr_name, None) is not None
@@ -293,13 +330,9 @@ class LocalFeatureStore(FeatureStore):
         return None if tensor is None else tuple(tensor.shape)
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
-        out = []
-        for group, attrs in self._tensors.items():
-            name: Optional[Group] = group
-            if not self.meta.is_hetero and isinstance(group, str):
-                name = None
-            out += [TensorAttr(name, attr_name, None) for attr_name in attrs]
-        return out
+        """Every stored attribute, groups as PyG names them, in PyG's order (see
+        :meth:`~pyg_dist.store.pyg_features.PygFeatureApi.pyg_attr_keys`)."""
+        return tensor_attrs(self.pyg_attr_keys(), self._tensor_attr_cls)
 
     def attr_names(self, group: Group) -> List[str]:
         """The attributes stored for a resolved group (from the partition, or ``put``)."""
@@ -311,51 +344,6 @@ class LocalFeatureStore(FeatureStore):
         return {_group_str(g): [(a, str(t.dtype), tuple(t.shape[1:]))
                                 for a, t in sorted(attrs.items())]
                 for g, attrs in self._tensors.items()}
-
-    # ---- torch_geometric.distributed's names ---------------------------------------
-    @property
-    def labels(self) -> Optional[Tensor]:
-        """Labels as ``torch_geometric.distributed``'s scripts set them (``feature.labels =
-        torch.load(label_file)``): one row per node of the seed type in the dataset's
-        order (indexed by original id), or one row per node of it this partition owns
-        (in the order of ``node_ids.pt``). Node batches then take ``y`` from it instead
-        of a stored ``y``. One row per edge of an edge type is accepted and never read
-        (PyG's link scripts store per-edge labels there; link loaders use
-        ``edge_label``)."""
-        return self._labels
-
-    @labels.setter
-    def labels(self, value: Optional[Tensor]) -> None:
-        if value is not None:
-            counts = {t: (self.meta.num_nodes[t], self._books[t].size(self.part))
-                      for t in self.meta.node_types}
-            counts.update({edge_key(t): (self.meta.num_edges[t], self._books[t].size(self.part))
-                           for t in self.meta.edge_types})
-            if not isinstance(value, Tensor) or value.dim() == 0 or \
-                    not any(value.size(0) in c for c in counts.values()):
-                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise ValueError(f"labels must be a tensor with one row per node (or edge) of "
-                                 f"a type, in dataset order or per owned one (total, owned: "
-                                 f"{counts}), got {got}")
-        self._labels = value
-
-    @property
-    def _global_id(self) -> Dict[Optional[NodeType], Tensor]:
-        """Original ids of the owned nodes by node type (``None`` for a homogeneous
-        graph), row-aligned with the stored tensors, as ``torch_geometric.distributed``'s
-        store exposes them."""
-        return {(t if self.meta.is_hetero else None): self.owned_ids(t).ids.long()
-                for t in self.meta.node_types}
-
-    @property
-    def _feat(self) -> Dict[Tuple[Optional[Group], str], Tensor]:
-        """Stored tensors by ``(group, attribute)``, as ``torch_geometric.distributed``'s
-        store exposes them (group ``None`` for a homogeneous graph's nodes)."""
-        out: Dict[Tuple[Optional[Group], str], Tensor] = {}
-        for group, attrs in self._tensors.items():
-            name = group if self.meta.is_hetero or isinstance(group, tuple) else None
-            out.update({(name, attr): value for attr, value in attrs.items()})
-        return out
 
     # ---- splits and sharing --------------------------------------------------------
     def split_ids(self, split: str, node_type: Optional[NodeType] = None) -> Tensor:
@@ -372,6 +360,8 @@ class LocalFeatureStore(FeatureStore):
         """Moves the stored tensors to shared memory (for sampler worker processes);
         tensors still mapped from the partition files are shared already (workers map
         the same files)."""
+        for value in (self.memory.tensors.values() if self.memory is not None else ()):
+            value.share_memory_()
         for group, attrs in self._tensors.items():
             for name, value in attrs.items():
                 if (group, name) not in self.from_file:
@@ -379,6 +369,8 @@ class LocalFeatureStore(FeatureStore):
         return self
 
     def __repr__(self) -> str:
+        if self.memory is not None:
+            return f"LocalFeatureStore(in memory, attrs={self.memory.keys()})"
         groups = {_group_str(g): sorted(a) for g, a in self._tensors.items() if a}
         return f"LocalFeatureStore(part={self.part}/{self.meta.num_parts}, attrs={groups})"
 

@@ -17,6 +17,8 @@ from pyg_dist.format.manifest import check_files
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.format.validate import check_graph, check_uid
 from pyg_dist.store.ids import PartitionIds
+from pyg_dist.store.memory import MemoryEdges
+from pyg_dist.store.pyg_graph import PygGraphApi
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
 from pyg_dist.typing import EdgeType, NodeType, edge_type_of
 
@@ -51,7 +53,7 @@ class CSC:
         return self.indices, dst.repeat_interleave(deg)
 
 
-class LocalGraphStore(GraphStore):
+class LocalGraphStore(PygGraphApi, GraphStore):
     """The in-edges (CSC by destination, global ids) of the nodes one partition owns.
 
     Sources owned by other partitions are this partition's *halo* nodes. Memory is
@@ -69,8 +71,14 @@ class LocalGraphStore(GraphStore):
     * :attr:`csc_by_type` holds the stored CSC per edge type in **relabelled** ids
       (the partition's internal range ids), for pyg_dist's own sampler.
 
+    ``LocalGraphStore()`` (no arguments), :meth:`from_data` and :meth:`from_hetero_data`
+    build a store in memory as PyG's do: it holds the edges put (PyG's conversions
+    apply). PyG's other names (``get_edge_id``, ``num_partitions``, ``node_pb``, ...)
+    are in :class:`~pyg_dist.store.pyg_graph.PygGraphApi`.
+
     Args:
-        meta (PartitionMeta): the description of the whole partitioned graph.
+        meta (PartitionMeta, optional): the description of the whole partitioned graph
+            (``None``: a store in memory).
         part (int): the partition this store holds.
         csc_by_type (Dict[EdgeType, CSC]): the stored edges per edge type, in
             relabelled ids.
@@ -79,19 +87,24 @@ class LocalGraphStore(GraphStore):
             of those halo nodes, row-aligned with ``halo``.
     """
 
-    def __init__(self, meta: PartitionMeta, part: int, csc_by_type: Dict[EdgeType, CSC],
+    def __init__(self, meta: Optional[PartitionMeta] = None, part: int = 0,
+                 csc_by_type: Optional[Dict[EdgeType, CSC]] = None,
                  halo: Optional[Dict[NodeType, Tensor]] = None,
                  halo_attrs: Optional[Dict[NodeType, Dict[str, Tensor]]] = None) -> None:
         super().__init__()
-        self.meta = meta
+        #: the partitioned graph; a dict for a store in memory (PyG's ``meta`` dict, as
+        #: ``from_data`` sets it: ``{"is_hetero": ...}``)
+        self.meta: Any = meta if meta is not None else {}
         self.part = part
         #: the stored in-edges per edge type, in relabelled ids (internal view)
-        self.csc_by_type = csc_by_type
+        self.csc_by_type = csc_by_type or {}
         self.halo = halo or {}
         self.halo_attrs = halo_attrs or {}
-        self._extra: Dict[Tuple[EdgeType, EdgeLayout], EdgeTensorType] = {}
-        self._node_books = {t: meta.node_book(t) for t in meta.node_types}
-        self._edge_books = {t: meta.edge_book(t) for t in meta.edge_types}
+        #: edges put by the user (all edges of a store in memory), with their ids
+        self.memory = MemoryEdges()
+        types = (meta.node_types, meta.edge_types) if meta is not None else ((), ())
+        self._node_books = {t: meta.node_book(t) for t in types[0]}
+        self._edge_books = {t: meta.edge_book(t) for t in types[1]}
         #: the mapped ``graph.pt`` (``None``: tensors held in this process's memory)
         self.source: Optional[PartitionSource] = None
         #: original ids of every partition's nodes and edges (read on first use; a
@@ -180,11 +193,15 @@ class LocalGraphStore(GraphStore):
     # ---- partition books -------------------------------------------------------
     @property
     def is_hetero(self) -> bool:
-        return self.meta.is_hetero
+        if self.is_partitioned:
+            return self.meta.is_hetero
+        if isinstance(self.meta, dict) and "is_hetero" in self.meta:
+            return bool(self.meta["is_hetero"])
+        return any(attr.edge_type is not None for attr in self.memory.all_attrs())
 
     @property
     def num_parts(self) -> int:
-        return self.meta.num_parts
+        return self.num_partitions
 
     def node_book(self, node_type: Optional[NodeType] = None) -> RangeBook:
         """The partition book of a node type (``None`` for homogeneous graphs)."""
@@ -205,42 +222,47 @@ class LocalGraphStore(GraphStore):
         return edge_type if self.is_hetero else None
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
-        """The partition's edge types, each in CSC layout over original node ids (size:
-        all nodes of the source and destination types), then edges put by the user."""
-        attrs = [EdgeAttr(self._pyg_type(et), EdgeLayout.CSC, True,
+        """The partition's edge types, each in COO layout over original node ids (as
+        PyG's partition stores report them; ``get_edge_index`` of one gives ``(src,
+        dst)`` in original edge id order, ``is_sorted=False``; size: all nodes of the
+        source and destination types), then edges put by the user, in the order put."""
+        types = self.meta.edge_types if self.is_partitioned else ()
+        attrs = [EdgeAttr(self._pyg_type(et), EdgeLayout.COO, False,
                           (self.meta.num_nodes[et[0]], self.meta.num_nodes[et[2]]))
-                 for et in self.meta.edge_types]
-        attrs += [EdgeAttr(self._pyg_type(et), layout) for (et, layout) in self._extra]
-        return attrs
+                 for et in types]
+        return attrs + self.memory.all_attrs()
 
     def _put_edge_index(self, edge_index: EdgeTensorType, edge_attr: EdgeAttr) -> bool:
-        key = (edge_type_of(edge_attr.edge_type), EdgeLayout(edge_attr.layout))
-        if key[0] in self.csc_by_type:
-            raise ValueError(f"edge type {key[0]} is part of the partition and read-only")
-        self._extra[key] = edge_index
+        edge_type = self._partition_type(edge_attr)
+        if edge_type is not None:
+            raise ValueError(f"edge type {edge_type} is part of the partition and read-only")
+        self.memory.put(edge_index, edge_attr)
         return True
 
     def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[EdgeTensorType]:
         """Stored edges in original ids.
 
-        ``COO`` gives original ``(src, dst)`` ordered by original edge id; ``CSC`` gives
-        ``(row, colptr)``: ``colptr`` over every original destination id of the type,
-        each column's sources in original edge id order; ``CSR`` likewise by source.
+        ``COO`` gives original ``(src, dst)`` ordered by original edge id, as one
+        ``[2, num_edges]`` tensor (as PyG's stores give it; ``src, dst = ...`` works);
+        ``CSC`` gives ``(row, colptr)``: ``colptr`` over every original destination id of
+        the type, each column's sources in original edge id order; ``CSR`` likewise by
+        source.
         The original edge id of each position is in the third output of :meth:`coo`,
         :meth:`csc`, :meth:`csr`.
         """
-        edge_type = edge_type_of(edge_attr.edge_type)
-        layout = EdgeLayout(edge_attr.layout)
-        if (edge_type, layout) in self._extra:
-            return self._extra[(edge_type, layout)]
-        if edge_type not in self.csc_by_type:
-            return None
-        first, second, _ = self.original_layout(edge_type, layout)
+        edge_type = self._partition_type(edge_attr)
+        if edge_type is None:
+            return self.memory.get(edge_attr)
+        first, second, _ = self.original_layout(edge_type, edge_attr.layout)
+        if EdgeLayout(edge_attr.layout) == EdgeLayout.COO:  # PyG's stores give [2, E]
+            return torch.stack([first, second])
         return first, second
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
-        key = (edge_type_of(edge_attr.edge_type), EdgeLayout(edge_attr.layout))
-        return self._extra.pop(key, None) is not None
+        if self._partition_type(edge_attr) is not None:
+            raise ValueError(f"edge type {edge_attr.edge_type!r} is part of the partition "
+                             f"and read-only")
+        return self.memory.remove(edge_attr)
 
     def original_coo(self, edge_type: Optional[EdgeType] = None) -> Tuple[Tensor, Tensor, Tensor]:
         """Original ``(src, dst, edge id)`` of every stored edge of ``edge_type``,
@@ -321,7 +343,9 @@ class LocalGraphStore(GraphStore):
                  store: bool) -> ConversionOutputType:
         """One conversion for every edge type. Partition edge types are computed views
         (``store=True`` caches nothing for them); edges put by the user convert as PyG
-        converts them."""
+        converts them (all of a store in memory: PyG's own conversion)."""
+        if not self.is_partitioned:
+            return self._edges_to_layout(layout, edge_types, store)
         attrs: Dict[Optional[EdgeType], EdgeAttr] = {}
         for attr in self.get_all_edge_attrs():
             attrs.setdefault(attr.edge_type, attr)
@@ -354,6 +378,8 @@ class LocalGraphStore(GraphStore):
         return self
 
     def __repr__(self) -> str:
+        if not self.is_partitioned:
+            return f"LocalGraphStore(in memory, edges={self.memory.all_attrs()})"
         edges = sum(c.num_edges for c in self.csc_by_type.values())
         return (f"LocalGraphStore(part={self.part}/{self.num_parts}, "
                 f"edge_types={len(self.csc_by_type)}, edges={edges})")
