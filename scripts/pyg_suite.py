@@ -13,7 +13,7 @@ PyG's tests skip themselves without pyg-lib (``onlyDistributedTest``), and PyG's
 single-machine ``NeighborSampler`` they compare with needs it: the script says so and
 stops unless ``--without-pyg-lib`` (run anyway: what needs pyg-lib fails saying so) or
 ``--pyg-lib-reference`` (run on pyg_dist's test-only Python reference of pyg-lib's
-sampling ops, :mod:`pyg_dist.testing.pyg_lib_reference`; no temporal or weighted ops).
+sampling ops, :mod:`tests.support.pyg_lib_reference`; no temporal or weighted ops).
 
 Prints one line per test, then ONE JSON line: ``{"pyg_lib": ..., "passed": n,
 "failed": n, "skipped": n, "tests": {"file.py::test[params]": {"outcome": ...,
@@ -91,7 +91,7 @@ def module(origin):
 if os.environ.get("PYG_SUITE_REFERENCE") == "1":  # also in PyG's spawned children
     import torch_geometric.sampler.utils
     import torch_geometric.typing
-    from pyg_dist.testing.pyg_lib_reference import index_sort, register_ops
+    from tests.support.pyg_lib_reference import index_sort, register_ops
     try:
         register_ops()
     except RuntimeError:  # registered already in this process
