@@ -14,11 +14,12 @@ of float32), for pandas/Spark; readers that only know the pair ignore it.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterator, List, Tuple, Union
 
 import numpy as np
+
+from pyg_dist.format.jsonio import read_json
 
 FORMAT = "pyg_dist-export"
 VERSION = 1
@@ -83,10 +84,7 @@ def read_manifest(root: PathLike) -> Dict[str, List[Tuple[Path, Path]]]:
     path = root / MANIFEST
     if not path.is_file():
         raise ExportFormatError(f"{path} is missing: {root} is not a pyg_dist export")
-    try:
-        obj = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ExportFormatError(f"{path} is not valid JSON: {exc}") from None
+    obj = read_json(path, ExportFormatError)
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise ExportFormatError(f"{path}: 'format' must be {FORMAT!r}")
     if obj.get("version") != VERSION:
