@@ -194,6 +194,12 @@ def read_meta(root: PathLike) -> PartitionMeta:
     return PartitionMeta.from_json(obj, source=str(path))
 
 
+def id_files(meta: PartitionMeta) -> Tuple[str, ...]:
+    """The files of each partition holding its original ids (none before version 2,
+    whose maps are whole-graph files in the root)."""
+    return ID_FILES if meta.version >= 2 else ()
+
+
 def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
     """Returns the folder of partition ``part`` after checking it is complete."""
     if not 0 <= part < meta.num_parts:
@@ -202,7 +208,7 @@ def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
     folder = part_dir(root, part)
     if not folder.is_dir():
         raise PartitionFormatError(f"partition folder {folder} is missing")
-    files = PART_FILES + (ID_FILES if meta.version >= 2 else ())
+    files = PART_FILES + id_files(meta)
     missing = [f for f in files if not (folder / f).is_file()]
     if missing:
         raise PartitionFormatError(f"partition folder {folder} is missing {', '.join(missing)}")

@@ -80,7 +80,10 @@ def _loads(kind: str, root: Path) -> Dict[str, Callable[[], object]]:
     if name in (io.NODE_IDS_FILE, io.EDGE_IDS_FILE):  # only ever mapped
         which = "node" if name == io.NODE_IDS_FILE else "edge"
         return {"verify": lambda: read_part_ids(root, io.read_meta(root), 0, which,
-                                                verify=True)}
+                                                verify=True),
+                "verify graph": lambda: LocalGraphStore.from_partition(root, 0, verify=True),
+                "verify features": lambda: LocalFeatureStore.from_partition(root, 0,
+                                                                            verify=True)}
     return {"private": lambda: LocalFeatureStore.from_partition(root, 0, mmap=False),
             "verify": lambda: LocalFeatureStore.from_partition(root, 0, verify=True)}
 
