@@ -84,6 +84,9 @@ def read_manifest(root: PathLike) -> Dict[str, List[Tuple[Path, Path]]]:
     path = root / MANIFEST
     if not path.is_file():
         raise ExportFormatError(f"{path} is missing: {root} is not a pyg_dist export")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ExportFormatError(f"{path} is a link to {path.resolve()}, outside {root}: an "
+                                f"export's manifest must be inside its folder")
     obj = read_json(path, ExportFormatError)
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise ExportFormatError(f"{path}: 'format' must be {FORMAT!r}")
