@@ -37,7 +37,7 @@ from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.ids import check_ids
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
 
 log = logging.getLogger("pyg_dist")
 
@@ -135,6 +135,7 @@ class DistNeighborSampler(BaseSampler):
             time_attr=time_attr, weight_attr=weight_attr,
             subgraph_type=str(getattr(subgraph_type, "value", subgraph_type)))
         _check_attr(meta, time_attr, "time_attr", nodes=True)
+        _check_time(meta, time_attr)
         _check_attr(meta, weight_attr, "weight_attr", nodes=False)
         return config
 
@@ -354,6 +355,21 @@ def _check_attr(meta, attr: Optional[str], what: str, nodes: bool) -> None:
     if not found:
         where = "node or edge" if nodes else "edge"
         raise ValueError(f"{what}='{attr}' is not a stored {where} attribute of this graph")
+
+
+def _check_time(meta, attr: Optional[str]) -> None:
+    """Every stored ``attr`` must hold one integer time per node (edge), as PyG's
+    temporal sampling needs: checked on ``META.json``, so every rank refuses alike."""
+    if attr is None:
+        return
+    specs = [(f"node type '{t}'", a[attr]) for t, a in meta.node_attrs.items() if attr in a]
+    specs += [(f"edge type {edge_key(t)!r}", a[attr]) for t, a in meta.edge_attrs.items()
+              if attr in a]
+    for where, spec in specs:
+        if not spec.dtype.startswith(("int", "uint")) or tuple(spec.shape) not in ((), (1,)):
+            raise ValueError(f"time_attr='{attr}' must hold one integer time per node or "
+                             f"edge: {where} stores {spec.dtype} rows of shape "
+                             f"{list(spec.shape)}")
 
 
 def _first_occurrences(ids: Tensor) -> Optional[Tensor]:
