@@ -30,6 +30,7 @@ from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
+from pyg_dist.sampler.repeats import first_occurrences, restore_repeats
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
@@ -228,15 +229,14 @@ class DistNeighborSampler(BaseSampler):
         (``rng``: see :meth:`sample_subgraph`)."""
         node_type = self._input_node_type(inputs.input_type)
         seeds, time, input_id = inputs.node, inputs.time, inputs.input_id
-        if not self.config.disjoint:  # a repeated seed is sampled once, as the first one
-            keep = _first_occurrences(seeds)
-            if keep is not None:
-                seeds, input_id = seeds[keep], input_id[keep]
-                time = time[keep] if time is not None else None
-        sub = await self.sample_subgraph({node_type: seeds},
+        # a repeated seed is sampled once, as the first one, and put back after (as PyG)
+        keep = None if self.config.disjoint else first_occurrences(seeds)
+        sub = await self.sample_subgraph({node_type: seeds if keep is None else seeds[keep]},
                                          {node_type: time} if time is not None and
                                          self.config.disjoint else None, rng=rng)
-        return SampledBatch(sub, NodeSeeds(node_type, input_id, time))
+        if keep is not None:
+            sub = restore_repeats(sub, node_type, seeds, keep)
+        return SampledBatch(sub, NodeSeeds(node_type, input_id, time, keep is not None))
 
     async def sample_edges(self, inputs: EdgeSamplerInput,
                            neg_sampling: Optional[NegativeSampling] = None,
@@ -370,14 +370,3 @@ def _check_time(meta, attr: Optional[str]) -> None:
             raise ValueError(f"time_attr='{attr}' must hold one integer time per node or "
                              f"edge: {where} stores {spec.dtype} rows of shape "
                              f"{list(spec.shape)}")
-
-
-def _first_occurrences(ids: Tensor) -> Optional[Tensor]:
-    """Positions of the first occurrence of every distinct id, in order (``None``
-    when the ids are already distinct)."""
-    uniq, inverse = torch.unique(ids, return_inverse=True)
-    if uniq.numel() == ids.numel():
-        return None
-    first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(ids.numel()), reduce="amin")
-    return torch.sort(first).values

@@ -198,10 +198,13 @@ class NodeSeeds:
         input_type: the seeds' node type.
         input_id: positions of the seeds in the loader's ``input_nodes``.
         seed_time: time of each seed (temporal sampling).
+        repeated: some seed is given more than once (kept in its place, as PyG does:
+            node and edge ids repeat in the subgraph).
     """
     input_type: NodeType
     input_id: Tensor
     seed_time: Optional[Tensor] = None
+    repeated: bool = False
 
 
 @dataclass
