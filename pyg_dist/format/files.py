@@ -126,7 +126,11 @@ def prepare_folder(out: Path, overwrite: bool,
     Raises:
         FileExistsError: if ``out`` is not a folder, or exists, is not empty and
             ``overwrite`` is False.
+        TypeError: if ``overwrite`` is not a bool (``"yes"`` would replace ``out``).
     """
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {type(overwrite).__name__} "
+                        f"{overwrite!r}")
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output {out} exists and is not a folder")
     out.parent.mkdir(parents=True, exist_ok=True)
