@@ -6,27 +6,18 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
-                      LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc)
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist import DistLinkNeighborLoader, DistNeighborLoader
 
 
-@pytest.fixture(scope="module")
-def timed(tmp_path_factory):
-    """200 nodes with a node time ``time`` (int64) beside the features ``x`` (float)."""
-    data = community_graph(200, 4.0, 4, 3, seed=0)
-    data.time = torch.arange(200) % 13
-    root = tmp_path_factory.mktemp("timed")
-    Partitioner(data, 1, root, progress=False).generate()
-    stores = (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
-    yield root, stores, DistContext(rank=0, world_size=1)
-    shutdown_rpc()
+@pytest.fixture
+def timed(small_graph):
+    """The graph's folder, stores and context: ``x`` float rows, ``time`` integers."""
+    return small_graph[1:]
 
 
 def test_num_neighbors_must_be_a_list_or_dict(timed):
@@ -68,7 +59,7 @@ print("same")
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_fan_out_beyond_every_degree_allocates_what_it_draws(timed):
     """Without replacement a fan-out of 2**31 - 1 draws every neighbour, as -1 does; what
     it allocates is bounded by the degrees (8 seeds x 2**31 x 8 bytes would be 128 GB,
@@ -76,7 +67,7 @@ def test_a_fan_out_beyond_every_degree_allocates_what_it_draws(timed):
     root = timed[0]
     code = _BIG_FANOUT.format(root=str(root), fanout=2**31 - 1)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=100)
+                          timeout=240)
     assert proc.returncode == 0 and "same" in proc.stdout, proc.stderr[-2000:]
 
 
@@ -123,5 +114,5 @@ def test_a_time_attr_that_is_not_a_time_is_refused(timed, loader):
     cls = DistNeighborLoader if loader == "node" else DistLinkNeighborLoader
     with pytest.raises(ValueError, match=r"time_attr='x' must hold one integer time per "
                                          r"node or edge: node type '_N' stores float32 rows "
-                                         r"of shape \[4\]"):
+                                         r"of shape \[\d+\]"):
         cls(data=stores, num_neighbors=[2], time_attr="x", current_ctx=ctx)

@@ -8,20 +8,13 @@ import torch
 from torch_geometric.nn import SAGEConv
 from torch_geometric.sampler import NodeSamplerInput
 
-from pyg_dist import (DistContext, DistNeighborLoader, DistNeighborSampler, LocalFeatureStore,
-                      LocalGraphStore, Partitioner, shutdown_rpc)
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist import DistNeighborLoader, DistNeighborSampler
 
 
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    data = encode_ids(community_graph(300, 5.0, 8, 3, seed=0))
-    root = tmp_path_factory.mktemp("repeats")
-    Partitioner(data, 1, root, progress=False).generate()
-    stores = (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
-    yield data, stores, DistContext(rank=0, world_size=1)
-    shutdown_rpc()
+@pytest.fixture
+def graph(small_graph):
+    data, _, stores, ctx = small_graph
+    return data, stores, ctx
 
 
 def _in_edges(batch, position: int) -> list:
