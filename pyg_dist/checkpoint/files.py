@@ -38,6 +38,7 @@ from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.sharded import TensorEntry
 from pyg_dist.format import files as fs
 from pyg_dist.format.digest import DigestMismatch, check_file, file_digest
+from pyg_dist.format.jsonio import read_json
 from pyg_dist.loader.state import LoaderState
 
 LATEST = fs.LATEST
@@ -90,9 +91,9 @@ class Info:
         """Reads and checks ``file``; raises :class:`CheckpointError` naming it."""
         try:
             fs.regular_file(file)
-            raw = json.loads(file.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{file}: cannot read ({exc})") from None
+        raw = read_json(file, CheckpointError)
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise CheckpointError(f"{file}: not a {FORMAT} file")
         if raw.get("version") != VERSION:

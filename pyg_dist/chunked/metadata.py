@@ -21,7 +21,6 @@ mistyped or inconsistent raises :class:`ChunkedFormatError` naming the file.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from pyg_dist.chunked.errors import ChunkedFormatError
 from pyg_dist.chunked.paths import EXTERNAL_HINT, chunk_path, is_inside, regular_file_size
+from pyg_dist.format.jsonio import read_json
 from pyg_dist.format.schema import Field, PartitionFormatError
 from pyg_dist.typing import EdgeType
 
@@ -177,13 +177,7 @@ class ChunkedMeta:
         if size > MAX_METADATA_BYTES:
             raise ChunkedFormatError(f"{path} is {size} bytes, more than the "
                                      f"{MAX_METADATA_BYTES} a metadata file may have")
-        try:
-            obj = json.loads(path.read_bytes())
-        except json.JSONDecodeError as exc:  # its msg is fixed text, never the file's
-            raise ChunkedFormatError(f"{path} is not valid JSON: {exc.msg} at line "
-                                     f"{exc.lineno} column {exc.colno}") from None
-        except UnicodeDecodeError:  # its text quotes the offending bytes
-            raise ChunkedFormatError(f"{path} is not UTF-8 text") from None
+        obj = read_json(path, ChunkedFormatError)
         try:
             return cls.from_json(Field(obj, "", str(path)), folder, allow_external_paths)
         except PartitionFormatError as exc:  # Field's errors name the file already

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
 from pyg_dist import checkpoint
+from pyg_dist.checkpoint import CheckpointError
 from pyg_dist.cli.common import Parser, UsageError, run_main
 from pyg_dist.format import io
 from pyg_dist.format.meta import PartitionFormatError
@@ -77,6 +78,48 @@ def build_model(args: argparse.Namespace, in_channels: int) -> torch.nn.Module:
                               out_channels=args.out_channels, **kwargs)
 
 
+def check_paths(args: argparse.Namespace, num_parts: int, world_size: int) -> None:
+    """The folders, fan-outs and process count, checked before anything is loaded.
+
+    Raises:
+        UsageError: naming the flag and the problem.
+    """
+    if not Path(args.checkpoint_dir).is_dir():
+        raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} is not a folder")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not args.overwrite)):
+        raise UsageError(f"--out {out} exists and is not empty" if out.is_dir() else
+                         f"--out {out} exists and is not a folder")
+    if args.scratch_dir is not None and Path(args.scratch_dir).exists() and \
+            not Path(args.scratch_dir).is_dir():
+        raise UsageError(f"--scratch-dir {args.scratch_dir} is not a folder")
+    bad = [n for n in args.num_neighbors or () if n < -1]
+    if bad:
+        raise UsageError(f"--num-neighbors must be -1 (all neighbours) or >= 0 per hop, got "
+                         f"{bad[0]}")
+    if world_size % num_parts:
+        raise UsageError(f"{args.partition_dir} holds {num_parts} partitions: run a multiple of "
+                         f"{num_parts} processes (torchrun --nproc-per-node), not {world_size}")
+
+
+def load_weights(args: argparse.Namespace, model: torch.nn.Module) -> checkpoint.CheckpointInfo:
+    """Loads the checkpoint's weights into ``model`` (collective).
+
+    Raises:
+        UsageError: no checkpoint, or one whose weights do not fit the model the flags
+            describe.
+    """
+    try:
+        found = checkpoint.load(args.checkpoint_dir, model=model)
+    except CheckpointError as exc:  # damaged, or weights of another model
+        raise UsageError(f"cannot load the checkpoint in {args.checkpoint_dir} into the model "
+                         f"the flags describe (--model {args.model} --hidden {args.hidden} "
+                         f"--layers {args.layers}): {exc}") from None
+    if found is None:
+        raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} holds no checkpoint")
+    return found
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -90,15 +133,12 @@ def run(argv: Optional[List[str]] = None) -> int:
     spec = meta.node_attrs.get(meta.node_types[0], {}).get("x")
     if spec is None or len(spec.shape) != 1:
         raise UsageError(f"{args.partition_dir} has no 2-D node feature 'x'")
-    if not Path(args.checkpoint_dir).is_dir():
-        raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} is not a folder")
-    model = build_model(args, int(spec.shape[0]))
     ctx = DistContext.from_env()
+    check_paths(args, meta.num_parts, ctx.world_size)
+    model = build_model(args, int(spec.shape[0]))
     if ctx.world_size > 1 and not dist.is_initialized():
         dist.init_process_group("gloo", rank=ctx.rank, world_size=ctx.world_size)
-    found = checkpoint.load(args.checkpoint_dir, model=model)
-    if found is None:
-        raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} holds no checkpoint")
+    found = load_weights(args, model)
     pid = ctx.partition_id(meta.num_parts)
     data = (LocalFeatureStore.from_partition(args.partition_dir, pid),
             LocalGraphStore.from_partition(args.partition_dir, pid))
@@ -107,8 +147,11 @@ def run(argv: Optional[List[str]] = None) -> int:
     result = infer(model, data, num_neighbors=args.num_neighbors, batch_size=args.batch_size,
                    progress=args.progress or None, ctx=ctx, **options)
     seconds = time.perf_counter() - start
-    out = export(result, args.partition_dir, args.out, overwrite=args.overwrite,
-                 format=args.format, ctx=ctx)
+    try:
+        out = export(result, args.partition_dir, args.out, overwrite=args.overwrite,
+                     format=args.format, ctx=ctx)
+    except FileExistsError as exc:  # another job created --out meanwhile
+        raise UsageError(str(exc)) from None
     del result  # rows freed before leaving RPC
     shutdown_rpc()
     if ctx.rank == 0:

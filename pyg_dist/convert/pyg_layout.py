@@ -14,7 +14,6 @@ files are read by :mod:`pyg_dist.convert.pyg_graph`. Every problem raises
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List
@@ -23,6 +22,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.convert.pickles import PickleLoader, PygFormatError
+from pyg_dist.format.jsonio import read_json
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key
 
 META_FILE = "META.json"
@@ -150,10 +150,7 @@ def _read_meta(path: Path) -> dict:
     if not path.is_file():
         raise PygFormatError(f"{path} is missing: not a torch_geometric.distributed "
                              f"partition folder")
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PygFormatError(f"{path} is not valid JSON: {exc}") from exc
+    meta = read_json(path, PygFormatError)
     if not isinstance(meta, dict):
         raise PygFormatError(f"{path} must hold a JSON object, got {type(meta).__name__}")
     return meta

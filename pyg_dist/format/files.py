@@ -137,7 +137,11 @@ def prepare_folder(out: Path, overwrite: bool,
     Raises:
         FileExistsError: if ``out`` is not a folder, or exists, is not empty and
             ``overwrite`` is False.
+        TypeError: if ``overwrite`` is not a bool (``"yes"`` would replace ``out``).
     """
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {type(overwrite).__name__} "
+                        f"{overwrite!r}")
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output {out} exists and is not a folder")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +166,9 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
         overwrite: replace an existing, non-empty ``out``.
 
     Raises:
-        FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False.
+        FileExistsError: if ``out`` exists, is not empty and ``overwrite`` is False
+            (checked first, and again by the final rename: another writer that filled
+            ``out`` meanwhile is never replaced).
     """
     out = Path(out)
     prepare_folder(out, overwrite)
@@ -170,7 +176,10 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
     try:
         yield tmp
         sync_tree(tmp)
-        swap_in(tmp, out)
+        if overwrite:
+            swap_in(tmp, out)
+        else:
+            move_in_new(tmp, out)
     finally:
         leftovers.release(tmp, out)
 
@@ -187,6 +196,25 @@ def swap_in(tmp: Path, out: Path) -> None:
         if old.exists() and not out.exists():
             os.replace(old, out)
         raise
+    fsync_dir(out.parent)
+
+
+def move_in_new(tmp: Path, out: Path) -> None:
+    """Moves the complete folder ``tmp`` to ``out``, which must still be missing or
+    empty: the rename itself refuses an ``out`` another writer filled meanwhile (two
+    jobs writing one folder without ``overwrite``: one of them fails, none is lost).
+
+    Raises:
+        FileExistsError: naming ``out`` when it is no longer missing or empty.
+    """
+    try:
+        os.rename(tmp, out)  # over a folder only if it is empty; never over a file
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            raise
+        raise FileExistsError(f"output folder {out} was created by another writer while "
+                              f"this one wrote it; nothing was replaced (pass overwrite "
+                              f"to replace it)") from None
     fsync_dir(out.parent)
 
 

@@ -5,15 +5,19 @@
 ``MANIFEST.json`` belongs to this partition and partitioning, that every file has the
 size and digest recorded when it was written, and that every file's content agrees
 with ``META.json`` (the checks of :mod:`pyg_dist.format.validate`, including every
-source id, and of :mod:`pyg_dist.format.id_maps`). It reads every byte once for the
-digest and maps the files for the content checks, so it never holds more than the
-largest tensor of one file. Each problem is one line naming the file.
+source id, and of :mod:`pyg_dist.format.id_maps`), and that every original node and
+edge id of a type is held exactly once, by one partition. It reads every byte once for
+the digest and maps the files for the content checks, so it never holds more than the
+largest tensor of one file, plus one bit per node (edge) of the type whose ids it
+checks. Each problem is one line naming the file.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
+
+import numpy as np
 
 from pyg_dist.format import io, validate
 from pyg_dist.format.id_maps import read_part_ids
@@ -59,7 +63,52 @@ def verify_folder(root: io.PathLike) -> VerifyReport:
         return report
     for part in range(meta.num_parts):
         _verify_part(root, meta, part, report)
+    for kind in ("node", "edge"):
+        _check_unique_ids(root, meta, kind, report)
     return report
+
+
+def _id_file(root: Path, meta: PartitionMeta, part: int, kind: str) -> Path:
+    """The file holding partition ``part``'s original ``kind`` ids."""
+    if meta.version < 2:  # version 1: one map for the whole graph at the root
+        return root / (io.NODE_MAP_FILE if kind == "node" else io.EDGE_MAP_FILE)
+    return io.part_dir(root, part) / (io.NODE_IDS_FILE if kind == "node" else io.EDGE_IDS_FILE)
+
+
+def _check_unique_ids(root: Path, meta: PartitionMeta, kind: str,
+                      report: VerifyReport) -> None:
+    """Every original ``kind`` id of a type must be held once: not twice by one file,
+    not by two partitions (one bit per id of the type marks those seen)."""
+    types = meta.node_types if kind == "node" else meta.edge_types
+    totals = meta.num_nodes if kind == "node" else meta.num_edges
+    for group in types:
+        seen = np.zeros((totals[group] + 7) // 8, dtype=np.uint8)
+        for part in range(meta.num_parts):
+            try:  # ranges and counts are checked (and reported) by the content checks
+                ids = read_part_ids(root, meta, part, kind)[group].numpy()
+            except (PartitionFormatError, OSError):
+                continue
+            problem = _mark_ids(ids, seen)
+            if problem:
+                path = _id_file(root, meta, part, kind)
+                report.problems.append(f"{path}: {problem} ({kind} type {group!r}): original "
+                                       f"ids must be unique across the partitioning")
+
+
+def _mark_ids(ids: np.ndarray, seen: np.ndarray) -> str:
+    """Marks ``ids`` (in range) in the bitmap ``seen``; what is wrong with them, or ''."""
+    unique, counts = np.unique(ids, return_counts=True)
+    if unique.size == 0:
+        return ""
+    if unique.size < ids.size:
+        return f"holds original id {int(unique[np.argmax(counts > 1)])} more than once"
+    byte, bit = unique >> 3, np.left_shift(1, unique & 7).astype(np.uint8)
+    again = np.flatnonzero(seen[byte] & bit)
+    if again.size:
+        return f"holds original id {int(unique[again[0]])}, held by another partition too"
+    starts = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
+    seen[byte[starts]] |= np.bitwise_or.reduceat(bit, starts)
+    return ""
 
 
 def _line(exc: BaseException, path: Path) -> str:

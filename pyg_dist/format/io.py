@@ -9,7 +9,6 @@ write of the same output (:mod:`pyg_dist.format.leftovers`).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Iterable, Tuple, Union
 import torch
 
 from pyg_dist.format import files
+from pyg_dist.format.jsonio import read_json
 from pyg_dist.format.manifest import MANIFEST_FILE, PartManifest, entry_of
 from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
 
@@ -190,11 +190,14 @@ def check_open_args(root: Any, pid: Any, **flags: Any) -> Tuple[Path, int]:
 def read_meta(root: PathLike) -> PartitionMeta:
     """Reads and validates ``root/META.json``."""
     path = check_root(root) / META_FILE
-    try:
-        obj = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PartitionFormatError(f"{path} is not valid JSON: {exc}") from exc
+    obj = read_json(path, PartitionFormatError)
     return PartitionMeta.from_json(obj, source=str(path))
+
+
+def id_files(meta: PartitionMeta) -> Tuple[str, ...]:
+    """The files of each partition holding its original ids (none before version 2,
+    whose maps are whole-graph files in the root)."""
+    return ID_FILES if meta.version >= 2 else ()
 
 
 def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
@@ -205,7 +208,7 @@ def check_part(root: PathLike, meta: PartitionMeta, part: int) -> Path:
     folder = part_dir(root, part)
     if not folder.is_dir():
         raise PartitionFormatError(f"partition folder {folder} is missing")
-    files = PART_FILES + (ID_FILES if meta.version >= 2 else ())
+    files = PART_FILES + id_files(meta)
     missing = [f for f in files if not (folder / f).is_file()]
     if missing:
         raise PartitionFormatError(f"partition folder {folder} is missing {', '.join(missing)}")

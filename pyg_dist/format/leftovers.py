@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from pyg_dist.format.jsonio import read_json
+
 _KINDS = ("tmp", "old", "owner")
 
 
@@ -103,7 +105,7 @@ class Writer:
     def from_file(cls, path: Path) -> Optional["Writer"]:
         """The writer recorded in ``path``, or None if it is missing or malformed."""
         try:
-            obj = json.loads(path.read_text())
+            obj = read_json(path, ValueError)
             writer = cls(str(obj["host"]), str(obj["boot_id"]), int(obj["pid"]),
                          None if obj["start"] is None else int(obj["start"]),
                          str(obj.get("pid_ns", "")))

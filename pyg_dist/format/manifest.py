@@ -20,13 +20,13 @@ manifest), and ``uid`` remains the partitioning's identity.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Union
 
+from pyg_dist.format.jsonio import read_json
 from pyg_dist.format.digest import ALGORITHM, DigestMismatch, check_file, file_digest
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.format.schema import Field, PartitionFormatError
@@ -135,10 +135,7 @@ def read_manifest(folder: Path, meta: PartitionMeta, part: int) -> Optional[Part
             raise PartitionFormatError(f"{path} is missing, but META.json records digests "
                                        f"for every partition: the folder is incomplete")
         return None
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PartitionFormatError(f"{path} cannot be read: {exc}") from exc
+    obj = read_json(path, PartitionFormatError)
     manifest = PartManifest.from_json(obj, str(path))
     uid = "" if meta.uid_derived else meta.uid
     if manifest.part != part or manifest.uid != uid:

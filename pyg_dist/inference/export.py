@@ -59,12 +59,16 @@ def export(result: Result, partition_dir: PathLike, out_dir: PathLike, *,
         Path: ``out_dir``.
 
     Raises:
-        FileExistsError: on every rank, if ``out_dir`` exists and ``overwrite`` is False.
+        FileExistsError: if ``out_dir`` exists and ``overwrite`` is False, also when
+            another job created it while this one was writing (the other ranks get a
+            RuntimeError naming the rank).
+        ValueError: ``chunk`` below 1, or an unknown ``format``.
+        TypeError: ``overwrite`` not a bool, ``chunk`` not an integer.
     """
     ctx = ctx or DistContext.from_env()
     meta = io.read_meta(partition_dir)
     tensors = _by_type(result, meta)
-    _check_format(format)
+    _check_options(overwrite, chunk, format)
     out = Path(out_dir)
     comm = next(iter(tensors.values())).comm
     token = comm.all_gather_object(uuid.uuid4().hex)[0]
@@ -85,12 +89,25 @@ def export(result: Result, partition_dir: PathLike, out_dir: PathLike, *,
         if tmp is not None:
             _write_manifest(tmp, list(tensors), sorted(ctx.partition_of(r, meta.num_parts)
                                                        for r in view), format == "parquet")
-    comm.agree(None, f"finishing export {out}")  # nobody returns before out_dir is there
+            try:  # renames tmp to out, refused if another job created out meanwhile
+                stack.close()
+            except OSError as exc:
+                error = exc
+    comm.agree(error, f"finishing export {out}")  # nobody returns before out_dir is there
     return out
 
 
-def _check_format(format: str) -> None:
-    """Raises unless ``format`` is one of :data:`FORMATS` whose writer can run here."""
+def _check_options(overwrite: bool, chunk: int, format: str) -> None:
+    """Raises unless ``overwrite`` is a bool, ``chunk`` an integer >= 1 (a chunk of 0 or
+    fewer rows wrote no rows at all) and ``format`` one of :data:`FORMATS` whose writer
+    can run here."""
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {type(overwrite).__name__} "
+                        f"{overwrite!r}")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)):
+        raise TypeError(f"chunk must be an integer >= 1, got {type(chunk).__name__} {chunk!r}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be an integer >= 1, got {chunk}")
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     if format == "parquet":

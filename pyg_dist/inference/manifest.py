@@ -14,13 +14,13 @@ of float32), for pandas/Spark; readers that only know the pair ignore it.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterator, List, Tuple, Union
 
 import numpy as np
 
 from pyg_dist.errors import PygDistError
+from pyg_dist.format.jsonio import read_json
 
 FORMAT = "pyg_dist-export"
 VERSION = 1
@@ -85,10 +85,10 @@ def read_manifest(root: PathLike) -> Dict[str, List[Tuple[Path, Path]]]:
     path = root / MANIFEST
     if not path.is_file():
         raise ExportFormatError(f"{path} is missing: {root} is not a pyg_dist export")
-    try:
-        obj = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ExportFormatError(f"{path} is not valid JSON: {exc}") from None
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ExportFormatError(f"{path} is a link to {path.resolve()}, outside {root}: an "
+                                f"export's manifest must be inside its folder")
+    obj = read_json(path, ExportFormatError)
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise ExportFormatError(f"{path}: 'format' must be {FORMAT!r}")
     if obj.get("version") != VERSION:

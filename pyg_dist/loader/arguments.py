@@ -3,6 +3,7 @@ naming the argument, what it must be, and what was given (raised on every rank b
 loader's agreement, like its other errors)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -35,6 +36,24 @@ def check_tensor(name: str, value: Any) -> None:
     if value is not None and not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a tensor with one entry per seed, or None, got "
                         f"{_shown(value)}")
+
+
+def check_pair(name: str, times: Any, time_attr: Any) -> None:
+    """Seed times ``times`` (``input_time``, ``edge_label_time``) need ``time_attr``, as
+    in PyG's loaders (without it they would be ignored)."""
+    if times is not None and time_attr is None:
+        raise ValueError(f"Received conflicting '{name}' and 'time_attr' arguments: "
+                         f"'{name}' is set while 'time_attr' is not set")
+
+
+def check_ratio(name: str, value: Any) -> None:
+    """``value`` must be ``None`` or a finite number > 0 (a number of negatives per
+    positive: inf or nan would size no array)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0 and finite, got {value!r}")
 
 
 def check_device(value: Any) -> Optional[torch.device]:

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_dist.loader.arguments import check_tensor
+from pyg_dist.loader.arguments import check_pair, check_ratio, check_tensor
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
 from pyg_dist.loader.ids import to_relabelled
 from pyg_dist.loader.node_loader import as_id_tensor
@@ -89,15 +89,15 @@ class DistLinkNeighborLoader(DistLoader):
                  neg_sampling_ratio: Optional[float] = None, **options: Any) -> None:
         self._args = (edge_label_index, edge_label, edge_label_time, neg_sampling,
                       neg_sampling_ratio)
+        self._time_attr = options.get("time_attr")
         super().__init__(data, num_neighbors, **options)
 
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
         edge_label_index, edge_label, edge_label_time, neg_sampling, ratio = self._args
         check_tensor("edge_label", edge_label)
         check_tensor("edge_label_time", edge_label_time)
-        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
-                                  or not ratio > 0):
-            raise ValueError(f"neg_sampling_ratio must be a number > 0, got {ratio!r}")
+        check_ratio("neg_sampling_ratio", ratio)
+        check_pair("edge_label_time", edge_label_time, self._time_attr)
         self.input_type, index = resolve_edge_label_index(graph, edge_label_index)
         edge_type = graph.meta.edge_type(self.input_type)
         #: every stored edge (``edge_label_index=None``): found by edge_split, collectively
@@ -111,8 +111,11 @@ class DistLinkNeighborLoader(DistLoader):
         if neg_sampling is None and ratio is not None:
             neg_sampling = NegativeSampling("binary", ratio)
         self.edge_label, self.edge_label_time = edge_label, edge_label_time
+        neg_sampling = _negative(neg_sampling)
+        if neg_sampling is not None:
+            check_ratio("neg_sampling amount", neg_sampling.amount)
         return LoaderSeeds("link", self.input_type or graph.meta.edge_types[0], num,
-                           _negative(neg_sampling))
+                           neg_sampling)
 
     def _translate(self, table: PartIds) -> None:
         edge_type = self.graph.meta.edge_type(self.input_type)

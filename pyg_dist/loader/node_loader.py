@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
-from pyg_dist.loader.arguments import check_tensor
+from pyg_dist.loader.arguments import check_pair, check_tensor
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
 from pyg_dist.loader.ids import check_labels, to_relabelled
 from pyg_dist.store.ids import PartIds, check_ids
@@ -92,11 +92,13 @@ class DistNeighborLoader(DistLoader):
                  num_neighbors: NumNeighbors, input_nodes: InputNodes = None,
                  input_time: Optional[Tensor] = None, **options: Any) -> None:
         self._args = (input_nodes, input_time)
+        self._time_attr = options.get("time_attr")
         super().__init__(data, num_neighbors, **options)
 
     def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
         input_nodes, input_time = self._args
         check_tensor("input_time", input_time)
+        check_pair("input_time", input_time, self._time_attr)
         self.input_type, self.input_nodes = resolve_input_nodes(graph, input_nodes, self.ids)
         if input_time is not None and input_time.numel() != self.input_nodes.numel():
             raise ValueError(f"input_time has {input_time.numel()} entries for "

@@ -70,7 +70,8 @@ class BatchProducer:
             batch = await self.sampler.sample_edges(inputs,  # type: ignore[arg-type]
                                                     self.spec.neg_sampling, rng)
         sub = batch.subgraph
-        feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=self.repeats,
+        repeats = self.repeats or getattr(batch.seeds, "repeated", False)
+        feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=repeats,
                                                  every_type=True)
         # owners sent every node's original id with its rows, and every edge's with the
         # hop that sampled it (pyg_dist.sampler.ids)

@@ -19,6 +19,9 @@ from pyg_dist.typing import EdgeType, NodeType
 ID_BITS = 40
 ID_MASK = (1 << ID_BITS) - 1
 
+#: the largest fan-out whose room is reserved ahead (:meth:`HopState.spares`)
+SPARE_MAX_FANOUT = 1 << 12
+
 
 class Column:
     """One int64 column of a batch's sampled edges (their original ids), grown across
@@ -164,11 +167,13 @@ class HopState:
         """Per edge type of a hop ``request`` run in this process (its own partition's,
         or a same-machine partition's read directly), the room its edges' original ids
         may be drawn into: after those that requests before it in this hop drew (see
-        :meth:`drew`; ``None``: not recorded, or no bound on a fan-out of -1)."""
+        :meth:`drew`; ``None``: not recorded, or no bound on a fan-out of -1, or one
+        above :data:`SPARE_MAX_FANOUT`, which the kernel draws into an array of the size
+        it drew: room for ``seeds x fanout`` would be bounded by no degree)."""
         if self.original is None or request is None:
             return None
         return [self._column(t).spare(seeds.numel() * fanout, self._drawn.get(t, 0))
-                if fanout >= 0 else None
+                if 0 <= fanout <= SPARE_MAX_FANOUT else None
                 for t, seeds, fanout in zip(request.edge_types, request.seeds,
                                             request.fanouts)]
 

@@ -31,6 +31,7 @@ from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
+from pyg_dist.sampler.repeats import first_occurrences, restore_repeats
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
@@ -38,7 +39,7 @@ from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.ids import check_ids
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
 
 log = logging.getLogger("pyg_dist")
 
@@ -142,6 +143,7 @@ class DistNeighborSampler(BaseSampler):
             time_attr=time_attr, weight_attr=weight_attr,
             subgraph_type=str(getattr(subgraph_type, "value", subgraph_type)))
         _check_attr(meta, time_attr, "time_attr", nodes=True)
+        _check_time(meta, time_attr)
         _check_attr(meta, weight_attr, "weight_attr", nodes=False)
         return config
 
@@ -234,15 +236,14 @@ class DistNeighborSampler(BaseSampler):
         (``rng``: see :meth:`sample_subgraph`)."""
         node_type = self._input_node_type(inputs.input_type)
         seeds, time, input_id = inputs.node, inputs.time, inputs.input_id
-        if not self.config.disjoint:  # a repeated seed is sampled once, as the first one
-            keep = _first_occurrences(seeds)
-            if keep is not None:
-                seeds, input_id = seeds[keep], input_id[keep]
-                time = time[keep] if time is not None else None
-        sub = await self.sample_subgraph({node_type: seeds},
+        # a repeated seed is sampled once, as the first one, and put back after (as PyG)
+        keep = None if self.config.disjoint else first_occurrences(seeds)
+        sub = await self.sample_subgraph({node_type: seeds if keep is None else seeds[keep]},
                                          {node_type: time} if time is not None and
                                          self.config.disjoint else None, rng=rng)
-        return SampledBatch(sub, NodeSeeds(node_type, input_id, time))
+        if keep is not None:
+            sub = restore_repeats(sub, node_type, seeds, keep)
+        return SampledBatch(sub, NodeSeeds(node_type, input_id, time, keep is not None))
 
     async def sample_edges(self, inputs: EdgeSamplerInput,
                            neg_sampling: Optional[NegativeSampling] = None,
@@ -368,12 +369,16 @@ def _check_attr(meta, attr: Optional[str], what: str, nodes: bool) -> None:
         raise ValueError(f"{what}='{attr}' is not a stored {where} attribute of this graph")
 
 
-def _first_occurrences(ids: Tensor) -> Optional[Tensor]:
-    """Positions of the first occurrence of every distinct id, in order (``None``
-    when the ids are already distinct)."""
-    uniq, inverse = torch.unique(ids, return_inverse=True)
-    if uniq.numel() == ids.numel():
-        return None
-    first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(ids.numel()), reduce="amin")
-    return torch.sort(first).values
+def _check_time(meta, attr: Optional[str]) -> None:
+    """Every stored ``attr`` must hold one integer time per node (edge), as PyG's
+    temporal sampling needs: checked on ``META.json``, so every rank refuses alike."""
+    if attr is None:
+        return
+    specs = [(f"node type '{t}'", a[attr]) for t, a in meta.node_attrs.items() if attr in a]
+    specs += [(f"edge type {edge_key(t)!r}", a[attr]) for t, a in meta.edge_attrs.items()
+              if attr in a]
+    for where, spec in specs:
+        if not spec.dtype.startswith(("int", "uint")) or tuple(spec.shape) not in ((), (1,)):
+            raise ValueError(f"time_attr='{attr}' must hold one integer time per node or "
+                             f"edge: {where} stores {spec.dtype} rows of shape "
+                             f"{list(spec.shape)}")

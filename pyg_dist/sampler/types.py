@@ -12,6 +12,10 @@ from pyg_dist.typing import EdgeType, NodeType, edge_key
 TEMPORAL_STRATEGIES = ("uniform", "last")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 NumNeighbors = Union[Sequence[int], Dict[EdgeType, Sequence[int]]]
+#: the largest fan-out (beyond every degree without replacement: all neighbours, as -1)
+MAX_FANOUT = 2**31 - 1
+#: the largest fan-out with replacement (it draws that many neighbours per node and hop)
+MAX_DRAWS = 2**20
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class SamplingConfig:
     def build(cls, num_neighbors: NumNeighbors, edge_types: Sequence[EdgeType],
               **kwargs: object) -> "SamplingConfig":
         """Normalises ``num_neighbors`` (a list for every edge type, or a dict) and checks it."""
+        if not isinstance(num_neighbors, (dict, list, tuple)):
+            raise TypeError(f"num_neighbors must be a list of fan-outs (one per hop) or a dict "
+                            f"of such lists by edge type, got {type(num_neighbors).__name__} "
+                            f"{str(num_neighbors)[:60]}")
         if isinstance(num_neighbors, dict):
             unknown = [k for k in num_neighbors if tuple(k) not in set(edge_types)]
             if unknown:
@@ -70,6 +78,7 @@ class SamplingConfig:
         bad = [v for f in fanouts.values() for v in f if v < -1]
         if bad:
             raise ValueError(f"fan-outs must be -1 (all) or >= 0, got {bad[0]}")
+        _check_bound(fanouts, bool(kwargs.get("replace", False)))
         config = cls(fanouts, **kwargs)  # type: ignore[arg-type]
         config.validate()
         return config
@@ -90,6 +99,18 @@ class SamplingConfig:
     @property
     def is_temporal(self) -> bool:
         return self.time_attr is not None
+
+
+def _check_bound(fanouts: Dict[EdgeType, List[int]], replace: bool) -> None:
+    """Fan-outs are at most :data:`MAX_FANOUT` (:data:`MAX_DRAWS` with replacement,
+    where every one is drawn and held): the arrays a hop fills are sized by them."""
+    bound = MAX_DRAWS if replace else MAX_FANOUT
+    big = [v for f in fanouts.values() for v in f if v > bound]
+    if big:
+        hint = " with replace=True (each is a draw held in memory)" if replace else \
+            " (-1 takes all neighbours)"
+        raise ValueError(f"fan-out {big[0]} in num_neighbors is too large: at most {bound} "
+                         f"neighbours per node and hop{hint}")
 
 
 def _fanout(value: object) -> int:
@@ -177,10 +198,13 @@ class NodeSeeds:
         input_type: the seeds' node type.
         input_id: positions of the seeds in the loader's ``input_nodes``.
         seed_time: time of each seed (temporal sampling).
+        repeated: some seed is given more than once (kept in its place, as PyG does:
+            node and edge ids repeat in the subgraph).
     """
     input_type: NodeType
     input_id: Tensor
     seed_time: Optional[Tensor] = None
+    repeated: bool = False
 
 
 @dataclass

@@ -122,7 +122,8 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
                 than memory still work (the OS pages them in and out). Rows written
                 with ``put_tensor`` stay private to this process; files are never
                 modified. ``False`` reads them into this process's memory.
-            verify (bool): also check the digests of mapped files (reads them once;
+            verify (bool): also check the digests of mapped files, the original id
+                files ``node_ids.pt``/``edge_ids.pt`` included (reads them once;
                 default ``False`` keeps a mapped open constant-time). Files read in full
                 (``splits.pt`` always, the feature files with ``mmap=False``) are always
                 checked against the digests their ``MANIFEST.json`` records, and every
@@ -139,9 +140,10 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
         folder = io.check_part(root, meta, pid)
         validate.check_uid(folder / io.GRAPH_FILE, io.read_uid(folder), meta)
         feats = (io.NODE_FEATS_FILE, io.EDGE_FEATS_FILE)
+        ids = io.id_files(meta)  # batches report these ids
         full = (io.SPLITS_FILE,) + (feats if verify or not mmap else ()) + \
-            ((io.GRAPH_FILE,) if verify else ())
-        check_files(folder, meta, pid, (io.GRAPH_FILE, *feats, io.SPLITS_FILE), full)
+            ((io.GRAPH_FILE,) + ids if verify else ())
+        check_files(folder, meta, pid, (io.GRAPH_FILE, *feats, io.SPLITS_FILE) + ids, full)
         source = PartitionSource(str(Path(root).absolute()), pid, tuple(
             FileId.of(folder / name) for name in (io.NODE_FEATS_FILE, io.EDGE_FEATS_FILE)))
         nodes, edges = cls._open(meta, pid, folder, mmap)

@@ -130,8 +130,9 @@ class LocalGraphStore(PygGraphApi, GraphStore):
             mmap (bool): map ``graph.pt`` read-only (default): opening is constant time
                 and every process on the machine shares one copy in the page cache.
                 ``False`` reads it into this process's memory.
-            verify (bool): also check the digest of a mapped ``graph.pt`` (reads it
-                once; default ``False`` keeps a mapped open constant-time).
+            verify (bool): also check the digests of a mapped ``graph.pt`` and of the
+                original id files ``node_ids.pt``/``edge_ids.pt`` (reads them once;
+                default ``False`` keeps a mapped open constant-time).
 
         Raises:
             PartitionFormatError: naming the file and the problem
@@ -143,8 +144,9 @@ class LocalGraphStore(PygGraphApi, GraphStore):
         meta = io.read_meta(root)
         path = io.check_part(root, meta, pid) / io.GRAPH_FILE
         check_uid(path, io.read_uid(path.parent), meta)  # another run's partition: say so
-        full = (io.GRAPH_FILE,) if verify or not mmap else ()
-        check_files(path.parent, meta, pid, (io.GRAPH_FILE,), full)
+        names = (io.GRAPH_FILE,) + io.id_files(meta)  # batches report these ids
+        full = names if verify else (io.GRAPH_FILE,) if not mmap else ()
+        check_files(path.parent, meta, pid, names, full)
         source = PartitionSource(str(Path(root).absolute()), pid, (FileId.of(path),))
         store = cls._open(meta, pid, path, mmap, deep=not mmap)
         store.id_tables = PartitionIds(meta, str(Path(root).absolute()))

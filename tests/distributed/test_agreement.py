@@ -135,3 +135,15 @@ def test_loader_numbers_are_agreed_not_counted_per_process(two_partitionings):
     assert same[0] == same[1] and same[0].endswith("_loader1w0"), same
     swapped = run_ranks(_two_loaders_in_order, 2, root, True, timeout=90)
     _same_error_everywhere(swapped, "ranks disagree on sampling options")
+
+
+@pytest.mark.timeout(120)
+def test_a_time_attr_that_is_not_a_time_is_refused_on_every_rank(two_partitionings):
+    """Cora's ``x`` is a float feature matrix: every rank refuses it at construction
+    with the same message (it was accepted on one rank and a KeyError on two)."""
+    roots = [str(two_partitionings[0])] * 2
+    errors = [e[0] for e in run_ranks(_loader_errors, 2, roots,
+                                      [({"time_attr": "x"}, {"time_attr": "x"}, None)],
+                                      timeout=90)]
+    _same_error_everywhere(errors, "ValueError: time_attr='x' must hold one integer time")
+    assert len(set(errors)) == 1, errors

@@ -207,8 +207,29 @@ def _truth_job(root: str, seeds: Dict, fanout: int) -> Dict:
                      for t, s in edges.items()}
         out[f"{kind}_e_id"] = {t: s.e_id if "e_id" in s else None for t, s in edges.items()}
         loader.close()
+    out["repeat"] = _repeated_seed(data, ctx, node_type, ids, fanout)
     shutdown_rpc()
     return out
+
+
+def _repeated_seed(data, ctx, node_type, ids: torch.Tensor, fanout: int) -> Dict:
+    """The seeds again with the first one repeated last (kept in its place, as PyG
+    does): the seed block, and the in-edges (original edge ids) of both occurrences."""
+    seeds = torch.cat([ids, ids[:1]])
+    loader = DistNeighborLoader(data=data, num_neighbors=[fanout] * 2, batch_size=seeds.numel(),
+                                input_nodes=(node_type, seeds) if node_type else seeds,
+                                current_ctx=ctx)
+    batch = next(iter(loader))
+    loader.close()
+    store = batch[node_type] if node_type else batch
+    into = {}
+    for t in (batch.edge_types if node_type else [None]):
+        s = batch[t] if t else batch
+        if t is None or t[2] == node_type:
+            dst = s.edge_index[1]
+            into[t] = (sorted(s.e_id[dst == 0].tolist()),
+                       sorted(s.e_id[dst == seeds.numel() - 1].tolist()))
+    return {"seeds": seeds, "n_id": store.n_id[:store.batch_size], "into": into}
 
 
 def _truth(data, parts: int, direct: str, tmp_path) -> None:
@@ -239,6 +260,9 @@ def _truth(data, parts: int, direct: str, tmp_path) -> None:
             assert set(e_id.tolist()) == taken[key], (rank, key)
         _check_bidirectional(got, edges, taken, rank)
         _check_induced(got, edges, nodes, rank)
+        repeat = got["repeat"]
+        assert torch.equal(repeat["n_id"], repeat["seeds"]), rank
+        assert all(first == last for first, last in repeat["into"].values()), rank
 
 
 def _check_bidirectional(got: dict, edges: dict, taken: dict, rank: int) -> None:

@@ -78,3 +78,17 @@ def test_a_bad_latest_is_named(tmp_path: Path, damage: str) -> None:
         files.write_latest(tmp_path, name)
     with pytest.raises(files.PointerError, match=str(pointer)):
         files.read_latest(tmp_path, complete)
+
+
+@pytest.mark.parametrize("overwrite", ["yes", 1, None])
+def test_overwrite_must_be_a_bool(tmp_path, overwrite):
+    """A truthy non-bool replaced an existing folder (a partition folder with
+    Partitioner(..., overwrite="yes")): every atomic folder refuses it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("data")
+    with pytest.raises(TypeError, match=r"overwrite must be True or False, got str 'yes'"
+                       if overwrite == "yes" else r"overwrite must be True or False"):
+        with files.atomic_dir(out, overwrite=overwrite):
+            pass
+    assert (out / "keep").read_text() == "data"

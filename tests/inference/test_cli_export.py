@@ -97,8 +97,28 @@ def test_bad_input_is_one_line_exit_2(cora, trained, tmp_path, capsys):
              (base + ["--checkpoint-dir", str(tmp_path / "nope"), *ARGS], "is not a folder"),
              (["--partition-dir", str(tmp_path), "--out", "x", "--checkpoint-dir", str(ckpt),
                *ARGS], "META.json")]
+    parts2, taken, a_file = tmp_path / "parts2", tmp_path / "taken", tmp_path / "a_file"
+    Partitioner(cora, 2, parts2, seed=0, progress=False).generate()
+    taken.mkdir()
+    (taken / "x").write_text("someone's data")
+    a_file.write_text("")
+    good = ["--partition-dir", str(parts), "--checkpoint-dir", str(ckpt)]
+    cases += [
+        (base + ["--checkpoint-dir", str(ckpt), *ARGS, "--num-neighbors", "-5"],
+         "--num-neighbors"),
+        (good + ["--out", str(taken), *ARGS], f"{taken} exists and is not empty"),
+        (base + ["--checkpoint-dir", str(ckpt), "--model", "sage", "--hidden", "32",
+                 "--layers", "2", "--out-channels", "7"], "into the model the flags describe"),
+        (base + ["--checkpoint-dir", str(ckpt), "--model", "gcn", "--hidden", "16",
+                 "--layers", "2", "--out-channels", "7"], "into the model the flags describe"),
+        (["--partition-dir", str(parts2), "--checkpoint-dir", str(ckpt), "--out",
+          str(tmp_path / "exp2"), *ARGS], "2 partitions"),
+        (base + ["--checkpoint-dir", str(ckpt), *ARGS, "--scratch-dir", str(a_file)],
+         "--scratch-dir"),
+    ]
     for argv, match in cases:
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("pyg-dist-export: error:") and match in err
-        assert "\n" not in err
+        assert "\n" not in err, err
+    assert (taken / "x").read_text() == "someone's data"

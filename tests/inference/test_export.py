@@ -193,6 +193,70 @@ def test_reader_rejects_link_out_of_folder(tmp_path):
         read_export(root)
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(chunk=-1), ValueError, r"chunk must be an integer >= 1, got -1"),
+    (dict(chunk=0), ValueError, r"chunk must be an integer >= 1, got 0"),
+    (dict(chunk=2.5), TypeError, r"chunk must be an integer >= 1, got float 2.5"),
+    (dict(overwrite="yes"), TypeError, r"overwrite must be True or False, got str 'yes'"),
+])
+def test_bad_export_arguments_are_refused(cora1, tmp_path, kwargs, error, match):
+    data, root = cora1
+    result = layerwise(build("sage", data.num_features), _stores(root), progress=False)
+    with pytest.raises(error, match=match):
+        export(result, root, tmp_path / "exp", **kwargs)
+    assert not (tmp_path / "exp").exists()  # nothing written (chunk=-1 wrote zero rows)
+
+
+def test_two_exports_into_one_folder_never_both_succeed(cora1, tmp_path, monkeypatch):
+    """Both jobs pass the "out does not exist yet" check before either renames its
+    folder in (a barrier in the test holds them there): exactly one may succeed, the
+    other is refused naming the folder, and the folder holds the winner's rows."""
+    import threading
+
+    from pyg_dist.format import leftovers
+
+    data, root = cora1
+    results = [layerwise(build(m, data.num_features), _stores(root), progress=False)
+               for m in ("sage", "gcn")]
+    expected = [_joined(export(r, root, tmp_path / f"ref{i}"), data.num_nodes)
+                for i, r in enumerate(results)]
+    claim, both_checked = leftovers.claim, threading.Barrier(2, timeout=60)
+
+    def claim_together(out, *args):
+        both_checked.wait()
+        return claim(out, *args)
+    monkeypatch.setattr(leftovers, "claim", claim_together)
+    for round_ in range(5):
+        out, outcome = tmp_path / f"exp{round_}", [None, None]
+
+        def job(i):
+            try:
+                export(results[i], root, out)
+                outcome[i] = "ok"
+            except FileExistsError as exc:
+                outcome[i] = str(exc)
+        threads = [threading.Thread(target=job, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert sorted(outcome, key=str).count("ok") == 1, outcome
+        winner = outcome.index("ok")
+        assert str(out) in outcome[1 - winner] and "\n" not in outcome[1 - winner]
+        assert np.allclose(_joined(out, data.num_nodes), expected[winner])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left
+
+
+def test_reader_rejects_manifest_linked_from_outside(tmp_path):
+    outside = _write(tmp_path / "other", _manifest([{"ids": "a.npy", "values": "b.npy"}]),
+                     GOOD)
+    root = _write(tmp_path / "exp", "{}", GOOD)
+    (root / "manifest.json").unlink()
+    (root / "manifest.json").symlink_to(outside / "manifest.json")
+    with pytest.raises(ExportFormatError, match=r"manifest.json is a link to .* outside"):
+        read_export(root)
+
+
 # ---- multi-process ----------------------------------------------------------------
 def _job(root: str, out: str, world_per_part: int) -> None:
     ctx = DistContext.from_env(rpc_timeout=60)

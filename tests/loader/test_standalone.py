@@ -70,7 +70,8 @@ def test_repeated_seeds_keep_input_id_aligned(cora1):
     sampler = DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx)
     out = sampler.sample_from_nodes(NodeSamplerInput(torch.arange(5),
                                                      torch.tensor([4, 7, 4, 9, 7])))
-    assert out.node[:3].tolist() == [4, 7, 9] and out.metadata[0].tolist() == [0, 1, 3]
+    assert out.node[:5].tolist() == [4, 7, 4, 9, 7]  # kept in place, as PyG keeps them
+    assert out.metadata[0].tolist() == [0, 1, 2, 3, 4]
 
 
 def test_bad_inputs_are_clear_errors(cora1):

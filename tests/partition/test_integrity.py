@@ -80,7 +80,10 @@ def _loads(kind: str, root: Path) -> Dict[str, Callable[[], object]]:
     if name in (io.NODE_IDS_FILE, io.EDGE_IDS_FILE):  # only ever mapped
         which = "node" if name == io.NODE_IDS_FILE else "edge"
         return {"verify": lambda: read_part_ids(root, io.read_meta(root), 0, which,
-                                                verify=True)}
+                                                verify=True),
+                "verify graph": lambda: LocalGraphStore.from_partition(root, 0, verify=True),
+                "verify features": lambda: LocalFeatureStore.from_partition(root, 0,
+                                                                            verify=True)}
     return {"private": lambda: LocalFeatureStore.from_partition(root, 0, mmap=False),
             "verify": lambda: LocalFeatureStore.from_partition(root, 0, verify=True)}
 
@@ -199,3 +202,38 @@ def test_verify_cli_usage_and_damage(parts: Path, tmp_path: Path,
     (root / io.META_FILE).write_text("{")
     assert verify_main([str(root)]) == 1
     assert "META.json is not valid JSON" in capsys.readouterr().out
+
+
+def _set_ids(root: Path, part: int, name: str, edit: Callable[[torch.Tensor], None]) -> Path:
+    """Edits partition ``part``'s id file in place and reseals it (a consistent but
+    wrong folder: only a content check can catch it)."""
+    from forge import forge
+
+    path = io.part_dir(root, part) / name
+    ids = torch.load(path, weights_only=True).clone()
+    edit(ids)
+    forge(path, ids)
+    return path
+
+
+@pytest.mark.parametrize("case", ["node ids within", "node ids across", "edge ids within",
+                                  "edge ids across"])
+def test_verify_refuses_duplicate_original_ids(parts: Path, tmp_path: Path, case: str,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """Every original id of a type is held once by one partition: an id repeated in one
+    file, or held by two partitions (each file alone in range and of the right
+    length), is a problem naming the file."""
+    root = _copy(parts, tmp_path)
+    name = io.NODE_IDS_FILE if case.startswith("node") else io.EDGE_IDS_FILE
+    if case.endswith("within"):
+        path = _set_ids(root, 0, name, lambda ids: ids.__setitem__(1, ids[0]))
+        dup = int(torch.load(path, weights_only=True)[0])
+    else:
+        dup = int(torch.load(io.part_dir(root, 0) / name, weights_only=True)[0])
+        path = _set_ids(root, 1, name, lambda ids: ids.__setitem__(0, dup))
+    capsys.readouterr()
+    assert verify_main([str(root)]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith(str(path)))
+    assert f"id {dup}" in line and ("more than once" in line or "another partition" in line)
+    assert verify_main([str(parts)]) == 0  # the intact folder still passes
