@@ -84,6 +84,9 @@ def parse_args() -> argparse.Namespace:
                    help="fan-out per hop, e.g. 10,5 (one GNN layer per hop)")
     p.add_argument("--eval-neighbors", type=fanout, default=None,
                    help="fan-out per hop for val/test (default: --num-neighbors; -1: all)")
+    p.add_argument("--sampling-strategy", choices=["neighbor", "labor"], default="neighbor",
+                   help="of the training loader: 'labor' draws the same neighbours for "
+                        "seeds that share them (fewer nodes and bytes per batch)")
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--hidden", type=int, default=128)
@@ -160,7 +163,8 @@ def make_loaders(args: argparse.Namespace, ctx: DistContext, data: Tuple[Any, An
             num_workers=args.num_workers if train else 0, concurrency=args.concurrency,
             feature_cache=args.feature_cache if train else None, wire_dtype=args.wire_dtype,
             transform=normalize_rows if args.normalize_features else None,
-            device=device, seed=args.seed + i, current_ctx=ctx))
+            device=device, seed=args.seed + i, current_ctx=ctx,
+            sampling_strategy=args.sampling_strategy if train else "neighbor"))
     return loaders
 
 
