@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.checks import check_csc, check_sample_args
-from pyg_dist.sampler.kernels import SampledHop
+from pyg_dist.sampler.kernels import PREFETCH_AHEAD, SampledHop, prefetch
 
 __all__ = ["GOLDEN", "mix64", "batch_seed", "hop_seed", "type_seed",
            "variates", "sample_labor_hop", "source_keys"]
@@ -46,6 +46,7 @@ _MASK = (1 << 64) - 1
 _JIT = dict(cache=True, nogil=True)
 _GOLD = np.uint64(GOLDEN)
 _SCALE = 1.0 / 9007199254740992.0  # 2^-53
+_INSERT_MAX = 32  # up to this fan-out, insertion into a sorted buffer beats a heap
 
 
 def mix64(z: int) -> int:
@@ -85,13 +86,23 @@ def variates(keys: np.ndarray, seed: int) -> np.ndarray:
     return ((z >> np.uint64(11)).astype(np.float64) + 0.5) * _SCALE
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _variate(seed: np.uint64, key: np.uint64) -> float:
     z = seed + (key + np.uint64(1)) * _GOLD
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z = z ^ (z >> np.uint64(31))
-    return (float(z >> np.uint64(11)) + 0.5) * _SCALE
+    return (float(np.int64(z >> np.uint64(11))) + 0.5) * _SCALE  # exact: < 2^53
+
+
+@numba.njit(inline="always", **_JIT)
+def _ahead(va, ea, vb, eb, keys, ties) -> bool:
+    """Whether value ``va`` of edge ``ea`` ranks before value ``vb`` of edge ``eb``."""
+    if va != vb:
+        return va < vb
+    if keys[ea] != keys[eb]:
+        return keys[ea] < keys[eb]
+    return ties[ea] < ties[eb]
 
 
 @numba.njit(**_JIT)
@@ -142,37 +153,74 @@ def _smallest(vals, keys, ties, cand, m, k, heap, out, at) -> None:
         _sift(vals, keys, ties, heap, cand, 0, n - 1)
 
 
+@numba.njit(inline="always", **_JIT)
+def _insert(bv, be, held, k, v, e, keys, ties) -> int:
+    """Keeps ``bv/be[:held]`` the (at most ``k``) first-ranked values and edges seen, in
+    rank order, adding value ``v`` of edge ``e``; returns how many are held."""
+    if held == k:
+        if not _ahead(v, e, bv[k - 1], be[k - 1], keys, ties):
+            return held
+        j = k - 1
+    else:
+        j = held
+        held += 1
+    while j > 0 and _ahead(v, e, bv[j - 1], be[j - 1], keys, ties):
+        bv[j], be[j] = bv[j - 1], be[j - 1]
+        j -= 1
+    bv[j], be[j] = v, e
+    return held
+
+
 @numba.njit(**_JIT)
-def _labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
-    """Per seed, the ``min(fanout, eligible)`` in-edges of smallest ``r / w``."""
+def _bounds(indptr, weights, seeds, fanout, use_weight):
+    """Start, end and number of draws of every seed row (one pass over ``indptr``)."""
     n = seeds.shape[0]
-    counts = np.zeros(n, dtype=np.int64)
-    widest = 0
+    start, end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    counts = np.empty(n, dtype=np.int64)
     for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            prefetch(indptr, seeds[i + PREFETCH_AHEAD])
         a, b = indptr[seeds[i]], indptr[seeds[i] + 1]
-        m = b - a
-        widest = max(widest, m)
+        start[i], end[i], m = a, b, b - a
         if use_weight:
             m = 0
             for e in range(a, b):
                 m += 1 if weights[e] > 0.0 else 0
         counts[i] = m if fanout < 0 or m <= fanout else fanout
+    return start, end, counts
+
+
+@numba.njit(**_JIT)
+def _labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
+    """Per seed, the ``min(fanout, eligible)`` in-edges of smallest ``r / w``."""
+    start, end, counts = _bounds(indptr, weights, seeds, fanout, use_weight)
+    n, widest = seeds.shape[0], 0
+    for i in range(n):
+        widest = max(widest, end[i] - start[i])
     pos = np.empty(counts.sum(), dtype=np.int64)
-    vals = np.empty(widest, dtype=np.float64)
-    cand = np.empty(widest, dtype=np.int64)
+    vals, cand = np.empty(widest, dtype=np.float64), np.empty(widest, dtype=np.int64)
     heap = np.empty(widest, dtype=np.int64)
     at = 0
     for i in range(n):
-        m = 0
-        for e in range(indptr[seeds[i]], indptr[seeds[i] + 1]):
+        if i + PREFETCH_AHEAD < n:
+            prefetch(keys, start[i + PREFETCH_AHEAD])
+        k, m = counts[i], 0
+        for e in range(start[i], end[i]):
             if use_weight and not weights[e] > 0.0:
                 continue
             r = _variate(seed, np.uint64(keys[e]))
-            vals[m] = r / weights[e] if use_weight else r
-            cand[m] = e
-            m += 1
-        _smallest(vals, keys, ties, cand, m, counts[i], heap, pos, at)
-        at += counts[i]
+            if use_weight:
+                r /= weights[e]
+            if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
+                m = _insert(vals, cand, m, k, r, e, keys, ties)
+            else:
+                vals[m], cand[m] = r, e
+                m += 1
+        if k <= _INSERT_MAX:
+            pos[at:at + k] = cand[:k]
+        else:
+            _smallest(vals, keys, ties, cand, m, k, heap, pos, at)
+        at += k
     return counts, pos
 
 
