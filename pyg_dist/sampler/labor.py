@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_dist.madvise import empty_large
 from pyg_dist.sampler.checks import check_csc, check_sample_args
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, SampledHop, prefetch
 
@@ -191,6 +192,23 @@ def _bounds(indptr, weights, seeds, fanout, use_weight):
 
 
 @numba.njit(**_JIT)
+def _gather(indices, ties, pos, values):
+    """The drawn edges' sources and (``values``) their ``ties``, prefetched ahead."""
+    total = pos.shape[0]
+    nbrs = np.empty(total, dtype=np.int64)
+    got = np.empty(total if values else 0, dtype=np.int64)
+    for j in range(total):
+        if j + PREFETCH_AHEAD < total:
+            prefetch(indices, pos[j + PREFETCH_AHEAD])
+            if values:
+                prefetch(ties, pos[j + PREFETCH_AHEAD])
+        nbrs[j] = indices[pos[j]]
+        if values:
+            got[j] = ties[pos[j]]
+    return nbrs, got
+
+
+@numba.njit(**_JIT)
 def _labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
     """Per seed, the ``min(fanout, eligible)`` in-edges of smallest ``r / w``."""
     start, end, counts = _bounds(indptr, weights, seeds, fanout, use_weight)
@@ -257,12 +275,13 @@ def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tenso
                              f"got {t.dtype} of shape {tuple(t.shape)}")
     ties = edge_ids if edge_ids is not None else torch.arange(num_edges)
     w = weights.reshape(-1).to(torch.float64) if weights is not None else torch.empty(0)
-    counts, pos = _labor_fill(indptr.numpy(), keys.numpy(), ties.numpy(), w.numpy(),
+    tie = ties.numpy()
+    counts, pos = _labor_fill(indptr.numpy(), keys.numpy(), tie, w.numpy(),
                               seeds.long().contiguous().numpy(), int(fanout),
                               np.uint64(int(seed) & _MASK), weights is not None)
-    pos_t = torch.from_numpy(pos)
-    return SampledHop(torch.from_numpy(counts), indices[pos_t].long(), pos_t,
-                      ties[pos_t].long() if edge_values else None)
+    nbrs, got = _gather(indices.numpy(), tie, pos, bool(edge_values))
+    return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
+                      torch.from_numpy(got) if edge_values else None)
 
 
 def source_keys(to_original: Callable[[Tensor], Tensor], indices: Tensor, num_nodes: int,
@@ -276,7 +295,7 @@ def source_keys(to_original: Callable[[Tensor], Tensor], indices: Tensor, num_no
         num_nodes (int): nodes of the sources' type (int32 keys when they fit).
     """
     dtype = torch.int32 if num_nodes < 2**31 else torch.int64
-    out = torch.empty(indices.numel(), dtype=dtype)
+    out = empty_large((indices.numel(),), dtype)  # read at random: huge pages help
     for lo in range(0, indices.numel(), chunk):
         out[lo:lo + chunk] = to_original(indices[lo:lo + chunk].long()).to(dtype)
     return out
