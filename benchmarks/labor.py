@@ -126,6 +126,8 @@ def run_cost(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, object]:
     res: Dict[str, object] = {}
     for graph in args.graphs.split(","):
         nodes, degree = GRAPHS[graph]
+        if graph == "products" and args.products_nodes:
+            nodes = args.products_nodes  # the same degree on fewer nodes (a smaller machine)
         for parts in (1, 2):
             root = partitioned(args.cache_dir, "community", nodes, degree, args.feat_dim,
                                parts, cfg.seed)
@@ -241,6 +243,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    default=Path(tempfile.gettempdir()) / "pyg_dist_bench")
     p.add_argument("--graphs", default="community",
                    help="comma-separated: community (200k nodes), products (2.4M, degree 50)")
+    p.add_argument("--products-nodes", type=int, default=0,
+                   help="nodes of the products-like graph (0: 2.4M, as ogbn-products)")
     p.add_argument("--feat-dim", type=int, default=100)
     p.add_argument("--fanout", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)

@@ -125,7 +125,7 @@ def _seeds(node_maps, node_type, world: int, per_rank: int, size: int):
 def _check(data, root, seeds, results, node_type, direct, weight=None, dependent=False):
     hetero = node_type != HOMO_NODE
     node_maps = _node_maps(root, hetero)
-    graphs, fanouts = _reference_graphs(data, weight), None
+    graphs = _reference_graphs(data, weight)
     fanouts = {et: FANOUT for et in graphs}
     num_parts = io.read_meta(root).num_parts
     for rank, (out, parts, calls) in enumerate(results):
