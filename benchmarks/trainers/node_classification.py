@@ -40,6 +40,9 @@ def parse_args() -> argparse.Namespace:
                         "fraction of the halo nodes (0.1) or bytes (200MB)")
     p.add_argument("--wire-dtype", choices=["bf16", "fp16"], default=None,
                    help="peers send float32 features as bfloat16/float16 (half the bytes)")
+    p.add_argument("--sampling-strategy", choices=["neighbor", "labor"], default="neighbor",
+                   help="of the training loader: 'labor' draws the same neighbours for "
+                        "seeds that share them (fewer nodes and bytes per batch)")
     p.add_argument("--normalize-features", action="store_true",
                    help="row-normalise x (like PyG's NormalizeFeatures; good for Planetoid)")
     p.add_argument("--layerwise-eval", action="store_true",
@@ -94,7 +97,8 @@ def main() -> None:
     loaders = node_loaders(  # after the model: same init
         args, ctx, data, device, concurrency=args.concurrency, wire_dtype=args.wire_dtype,
         transform=normalize_rows if args.normalize_features else None,
-        train_options={"feature_cache": args.feature_cache})
+        train_options={"feature_cache": args.feature_cache,
+                       "sampling_strategy": args.sampling_strategy})
     loop.log(ctx, f"world_size={ctx.world_size} partitions={meta.num_parts} classes={classes} "
                   f"train batches/epoch={len(loaders[0])} device={device}")
 

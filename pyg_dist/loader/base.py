@@ -79,8 +79,10 @@ class DistLoader:
             on every rank.
         concurrency (int): batches in flight (per worker with ``num_workers > 0``).
         device: move batches there (``cuda``: pinned memory, non-blocking copies).
-        replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr: see
-            :class:`~pyg_dist.DistNeighborSampler` (the same on every rank).
+        replace, subgraph_type, disjoint, temporal_strategy, time_attr, weight_attr,
+            sampling_strategy, layer_dependency: see
+            :class:`~pyg_dist.DistNeighborSampler` (the same on every rank;
+            ``sampling_strategy="labor"``: layer-neighbour sampling).
         transform: applied to every batch.
         even_batches (bool): every rank yields the same number of batches (a rank with
             fewer repeats its own; every rank needs at least one). Needed for DDP
@@ -114,6 +116,7 @@ class DistLoader:
                  even_batches: bool = True, seed: int = 0,
                  pin_memory: Optional[bool] = None,
                  feature_cache: Union[int, float, None] = None, wire_dtype: WireSpec = None,
+                 sampling_strategy: str = "neighbor", layer_dependency: bool = False,
                  **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
         self.ctx = rendezvous_context(_context(current_ctx), pyg_options)
@@ -122,6 +125,9 @@ class DistLoader:
                         subgraph_type=subgraph_type, disjoint=disjoint,
                         temporal_strategy=temporal_strategy, time_attr=time_attr,
                         weight_attr=weight_attr)
+        if (sampling_strategy, layer_dependency) != ("neighbor", False):  # states saved
+            sampling.update(sampling_strategy=sampling_strategy,  # before stay loadable
+                            layer_dependency=layer_dependency)
         error: Optional[BaseException] = None
         seeds, own, config = LoaderSeeds("node", None, 0), 0, None
         wire_spec = None

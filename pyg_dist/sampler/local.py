@@ -17,6 +17,7 @@ from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.store.ids import PartIds
 from pyg_dist.sampler.kernels import SampledHop, sample_one_hop
+from pyg_dist.sampler.labor import sample_labor_hop, source_keys, type_seed
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -78,12 +79,17 @@ class LocalSampler:
                              f"{len(request.seed_time)} seed time lists")
         out = HopResponse([], [], [])
         for i, edge_type in enumerate(request.edge_types):
-            hop = self.sample(edge_type, request.seeds[i], request.fanouts[i],
-                              request.replace, request.rng_seed + i,
-                              request.seed_time[i], request.time_attr,
-                              request.temporal_strategy, request.weight_attr,
-                              original_eids=request.original_eids,
-                              values_out=values_out[i] if values_out else None)
+            if request.labor_seed is not None:
+                hop = self.sample_labor(edge_type, request.seeds[i], request.fanouts[i],
+                                        request.labor_seed, request.weight_attr,
+                                        request.original_eids)
+            else:
+                hop = self.sample(edge_type, request.seeds[i], request.fanouts[i],
+                                  request.replace, request.rng_seed + i,
+                                  request.seed_time[i], request.time_attr,
+                                  request.temporal_strategy, request.weight_attr,
+                                  original_eids=request.original_eids,
+                                  values_out=values_out[i] if values_out else None)
             out.counts.append(hop.counts), out.nbrs.append(hop.nbrs), out.eids.append(hop.pos)
             if request.original_eids:
                 out.original_eids.append(hop.values)
@@ -115,6 +121,31 @@ class LocalSampler:
             values_out=values_out)
         self._check_sources(edge_type, hop.nbrs)
         return hop._replace(pos=hop.pos + csc.edge_offset)
+
+    def sample_labor(self, edge_type: EdgeType, seeds: Tensor, fanout: int, labor_seed: int,
+                     weight_attr: Optional[str] = None,
+                     original_eids: bool = False) -> SampledHop:
+        """LABOR-samples neighbours of owned global ``seeds`` over ``edge_type``
+        (:mod:`pyg_dist.sampler.labor`; ``labor_seed``: the layer's seed); returns as
+        :meth:`sample` does."""
+        csc = self.graph.csc_by_type[edge_type]
+        local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)
+        weights = self.edge_weight(edge_type, weight_attr) if weight_attr else None
+        hop = sample_labor_hop(csc.indptr, csc.indices, self.labor_keys(edge_type), local,
+                               fanout, type_seed(labor_seed, edge_type[0]), weights=weights,
+                               edge_ids=self.ids.table("edge", edge_type),
+                               edge_values=original_eids)
+        self._check_sources(edge_type, hop.nbrs)
+        return hop._replace(pos=hop.pos + csc.edge_offset)
+
+    def labor_keys(self, edge_type: EdgeType) -> Tensor:
+        """The original id of every stored edge's source (built on first use, kept)."""
+        def build() -> Tensor:
+            src = edge_type[0]
+            return source_keys(lambda ids: self.ids.tables.to_original("node", src, ids),
+                               self.graph.csc_by_type[edge_type].indices,
+                               self.graph.meta.num_nodes[src])
+        return self._cached("labor_keys", edge_type, "", build)
 
     def _check_sources(self, edge_type: EdgeType, ids: Tensor) -> None:
         """Source ids read from ``graph.pt`` are in range (a mapped store's ids are not

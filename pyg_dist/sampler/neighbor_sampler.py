@@ -24,7 +24,7 @@ from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.compat import accept_pyg_sampler_options, pyg_order
 from pyg_dist.sampler.induced import induce
-from pyg_dist.sampler import hop_round, shared_cache
+from pyg_dist.sampler import hop_round, labor, shared_cache
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_round import Plan
 from pyg_dist.sampler.hop_state import HopState
@@ -82,6 +82,15 @@ class DistNeighborSampler(BaseSampler):
             peers may cache it). ``None``/``0``: no cache.
         wire_dtype (optional): float32 attributes peers send as ``bfloat16`` or
             ``float16``, cast back on arrival (:mod:`pyg_dist.sampler.wire`).
+        sampling_strategy (str): ``"neighbor"`` (default: independent draws per seed)
+            or ``"labor"``: layer-neighbour sampling, exactly ``min(k, degree)``
+            in-neighbours per seed as well, but seeds of a batch share one variate per
+            candidate vertex, so they pick the same neighbours where their
+            neighbourhoods overlap (far fewer distinct nodes per batch;
+            :mod:`pyg_dist.sampler.labor`). Not with ``replace``, ``disjoint`` or
+            ``time_attr``.
+        layer_dependency (bool): with ``"labor"``, one variate per vertex for all
+            layers (default: one per layer).
         **pyg_options: ``torch_geometric.distributed``'s ``channel``, ``concurrency``,
             ``device``, ``shuffle`` and ``rpc_worker_names``: accepted with no effect,
             warned about once (:mod:`pyg_dist.sampler.compat`). Its positional order
@@ -94,14 +103,16 @@ class DistNeighborSampler(BaseSampler):
                  disjoint: bool = False, temporal_strategy: str = "uniform",
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  seed: Optional[int] = None, feature_cache: Budget = None,
-                 wire_dtype: WireSpec = None, **pyg_options: Any) -> None:
+                 wire_dtype: WireSpec = None, sampling_strategy: str = "neighbor",
+                 layer_dependency: bool = False, **pyg_options: Any) -> None:
         data, num_neighbors, current_ctx = pyg_order(data, num_neighbors, current_ctx)
         accept_pyg_sampler_options(pyg_options)
         features, graph = unpack_stores(data)
         keep_freed_memory()  # each batch's arrays reuse the last one's pages
         self.features, self.graph, self.meta = features, graph, graph.meta
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
-                                        disjoint, temporal_strategy, time_attr, weight_attr)
+                                        disjoint, temporal_strategy, time_attr, weight_attr,
+                                        sampling_strategy, layer_dependency)
         self.group, self.local = serving_group(check_context(current_ctx), features, graph)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
                                       original_ids=True)
@@ -135,13 +146,15 @@ class DistNeighborSampler(BaseSampler):
     def build_config(meta: PartitionMeta, num_neighbors: NumNeighbors, replace: bool = False,
                      subgraph_type: str = "directional", disjoint: bool = False,
                      temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
-                     weight_attr: Optional[str] = None) -> SamplingConfig:
+                     weight_attr: Optional[str] = None, sampling_strategy: str = "neighbor",
+                     layer_dependency: bool = False) -> SamplingConfig:
         """Checks the sampling options against the graph (no RPC); raises on bad ones."""
         config = SamplingConfig.build(
             num_neighbors, meta.edge_types, replace=replace,
             disjoint=disjoint or time_attr is not None, temporal_strategy=temporal_strategy,
             time_attr=time_attr, weight_attr=weight_attr,
-            subgraph_type=str(getattr(subgraph_type, "value", subgraph_type)))
+            subgraph_type=str(getattr(subgraph_type, "value", subgraph_type)),
+            sampling_strategy=sampling_strategy, layer_dependency=layer_dependency)
         _check_attr(meta, time_attr, "time_attr", nodes=True)
         _check_time(meta, time_attr)
         _check_attr(meta, weight_attr, "weight_attr", nodes=False)
@@ -164,8 +177,10 @@ class DistNeighborSampler(BaseSampler):
         ``rng`` draws the seeds of every hop's random streams (default: this sampler's
         own stream, which advances with every hop of every batch); loaders pass one per
         batch, made from ``(seed, epoch, batch, rank)``, so a batch samples the same
-        neighbourhoods whatever ran before it (exact resume, any concurrency)."""
+        neighbourhoods whatever ran before it (exact resume, any concurrency). With
+        LABOR, its first draw is the batch's random seed (:func:`labor.batch_seed`)."""
         rng = rng if rng is not None else self._rng
+        labor_seed = labor.batch_seed(rng) if self.config.is_labor else None
         for node_type, ids in seeds.items():
             self.graph.node_book(node_type).check(ids)
         if self.config.is_temporal and seed_time is None:
@@ -176,7 +191,7 @@ class DistNeighborSampler(BaseSampler):
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
                          original_eids=self.original_ids, edge_hints=self._edge_hints)
         for hop in range(self.num_hops):
-            plan = self._plan(hop, state, rng)
+            plan = self._plan(hop, state, rng, labor_seed)
             responses = await self.run_hop(plan, state)
             hop_round.merge(self.group, self.meta, state, plan, responses)
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
@@ -184,17 +199,22 @@ class DistNeighborSampler(BaseSampler):
             return await induce(self, sub)
         return bidirectional(sub, self.is_hetero) if kind == "bidirectional" else sub
 
-    def _plan(self, hop: int, state: HopState, rng: np.random.Generator) -> Plan:
-        """Splits the frontier by owner: per partition, a request and where rows go."""
+    def _plan(self, hop: int, state: HopState, rng: np.random.Generator,
+              labor_seed: Optional[int] = None) -> Plan:
+        """Splits the frontier by owner: per partition, a request and where rows go
+        (``labor_seed``: the batch's LABOR seed; ``None``: neighbour sampling)."""
         plan: Plan = {}
         rng_seed = int(rng.integers(0, 2**62))
+        if labor_seed is not None:  # one seed per layer, the same for every partition
+            labor_seed = labor.hop_seed(labor_seed, hop, self.config.layer_dependency)
         for edge_type in self.meta.edge_types:
             fanout = self.config.num_neighbors[edge_type][hop]
             front = state.frontier.get(edge_type[2])
             if fanout == 0 or front is None:
                 continue
             for part, pos in self.by_owner(edge_type[2], front.ids):
-                req, where = plan.setdefault(part, (self._request(rng_seed + 7919 * part), []))
+                req, where = plan.setdefault(
+                    part, (self._request(rng_seed + 7919 * part, labor_seed), []))
                 req.edge_types.append(edge_type)
                 req.seeds.append(front.ids[pos])
                 req.fanouts.append(fanout)
@@ -203,10 +223,11 @@ class DistNeighborSampler(BaseSampler):
                               front.batch[pos] if front.batch is not None else None))
         return plan
 
-    def _request(self, rng_seed: int) -> HopRequest:
+    def _request(self, rng_seed: int, labor_seed: Optional[int] = None) -> HopRequest:
         c = self.config
         return HopRequest([], [], [], [], c.replace, c.temporal_strategy, c.time_attr,
-                          c.weight_attr, rng_seed, original_eids=self.original_ids)
+                          c.weight_attr, rng_seed, original_eids=self.original_ids,
+                          labor_seed=labor_seed)
 
     def by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]:
         """``(partition, positions)`` pairs covering ``ids``."""

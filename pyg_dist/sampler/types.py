@@ -10,6 +10,7 @@ from torch import Tensor
 from pyg_dist.typing import EdgeType, NodeType, edge_key
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
+SAMPLING_STRATEGIES = ("neighbor", "labor")
 SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
 NumNeighbors = Union[Sequence[int], Dict[EdgeType, Sequence[int]]]
 #: the largest fan-out (beyond every degree without replacement: all neighbours, as -1)
@@ -37,6 +38,9 @@ class SamplingConfig:
         subgraph_type: ``"directional"``; ``"bidirectional"``, every sampled edge also
             reversed (:mod:`pyg_dist.sampler.bidirectional`); ``"induced"``, every edge
             between the sampled nodes (:mod:`pyg_dist.sampler.induced`).
+        sampling_strategy: ``"neighbor"`` (independent draws per seed) or ``"labor"``
+            (layer-neighbour sampling, :mod:`pyg_dist.sampler.labor`).
+        layer_dependency: with ``"labor"``, one variate per vertex for all layers.
     """
     num_neighbors: Dict[EdgeType, List[int]]
     replace: bool = False
@@ -45,6 +49,8 @@ class SamplingConfig:
     time_attr: Optional[str] = None
     weight_attr: Optional[str] = None
     subgraph_type: str = "directional"
+    sampling_strategy: str = "neighbor"
+    layer_dependency: bool = False
 
     @property
     def num_hops(self) -> int:
@@ -92,9 +98,31 @@ class SamplingConfig:
         if self.subgraph_type not in SUBGRAPH_TYPES:
             raise NotImplementedError(f"subgraph_type={self.subgraph_type!r} is not supported "
                                       f"(only {', '.join(map(repr, SUBGRAPH_TYPES))})")
+        self._validate_strategy()
         if self.subgraph_type == "induced" and self.disjoint:
             raise NotImplementedError("subgraph_type='induced' is not supported with disjoint "
                                       "or temporal sampling")
+
+    def _validate_strategy(self) -> None:
+        if self.sampling_strategy not in SAMPLING_STRATEGIES:
+            raise ValueError(f"sampling_strategy must be one of {SAMPLING_STRATEGIES}, "
+                             f"got {self.sampling_strategy!r}")
+        if not isinstance(self.layer_dependency, bool):
+            raise TypeError(f"layer_dependency must be True or False, got "
+                            f"{self.layer_dependency!r}")
+        if self.sampling_strategy != "labor":
+            if self.layer_dependency:
+                raise ValueError("layer_dependency=True needs sampling_strategy='labor'")
+            return
+        for name, used in (("time_attr (temporal sampling)", self.time_attr is not None),
+                           ("disjoint=True", self.disjoint), ("replace=True", self.replace)):
+            if used:
+                raise NotImplementedError(f"sampling_strategy='labor' is not supported with "
+                                          f"{name}; use sampling_strategy='neighbor'")
+
+    @property
+    def is_labor(self) -> bool:
+        return self.sampling_strategy == "labor"
 
     @property
     def is_temporal(self) -> bool:
@@ -141,6 +169,9 @@ class HopRequest:
     weight_attr: Optional[str]
     rng_seed: int
     original_eids: bool = False
+    #: LABOR sampling: the layer's seed (:func:`~pyg_dist.sampler.labor.hop_seed`);
+    #: ``None``: neighbour sampling
+    labor_seed: Optional[int] = None
 
 
 @dataclass

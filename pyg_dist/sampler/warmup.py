@@ -16,7 +16,7 @@ import time
 import torch
 
 from pyg_dist.rpc import routing
-from pyg_dist.sampler import kernels, rows as row_copy
+from pyg_dist.sampler import kernels, labor, rows as row_copy
 from pyg_dist.sampler.node_index import NodeIndex
 
 _LOCK = threading.Lock()
@@ -35,6 +35,7 @@ def warm_up() -> float:
             return 0.0
         start = time.perf_counter()
         _sampling_kernels()
+        _labor_kernels()
         _feature_kernels()
         _index_kernels()
         _DONE = True
@@ -70,6 +71,23 @@ def _sampling_kernels() -> None:
         for strategy in ("uniform", "last"):
             kernels.sample_one_hop(indptr, indices, seeds, 2, replace, 3, edge_time=edge_time,
                                    seed_time=seed_time, temporal_strategy=strategy)
+
+
+def _labor_kernels() -> None:
+    """LABOR for int64 and int32 ``indices`` and edge id tables, int32 source keys (and
+    int64, for graphs past 2^31 nodes), uniform and weighted."""
+    seeds = torch.tensor([0, 1, 2, 2])
+    for dtype in (torch.int64, torch.int32):
+        indptr, indices = _tiny_csc(dtype)
+        for id_dtype in (torch.int64, torch.int32):
+            ids = torch.arange(indices.numel(), dtype=id_dtype)
+            labor.sample_labor_hop(indptr, indices, indices.to(torch.int32), seeds, 3, 1,
+                                   edge_ids=ids, edge_values=True)
+    indptr, indices = _tiny_csc(torch.int64)
+    weights = torch.rand(indices.numel(), dtype=torch.float64)
+    for keys in (indices.to(torch.int32), indices):
+        labor.sample_labor_hop(indptr, indices, keys, seeds, 40, 1, weights=weights,
+                               edge_ids=torch.arange(indices.numel()), edge_values=True)
 
 
 def _feature_kernels() -> None:
