@@ -174,6 +174,18 @@ class EventLoopThread:
             future.cancel()
             raise TimeoutError(f"pyg_dist task did not finish within {timeout}s") from None
 
+    def cancel_tasks(self, timeout: float = 5.0) -> None:
+        """Cancels every task on the loop (batches no one will take) and waits up to
+        ``timeout`` seconds for them to unwind; their requests already sent still
+        complete (see :meth:`close`)."""
+        if not self.alive:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(timeout)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
+                RuntimeError):  # a task that will not unwind: the caller goes on anyway
+            pass
+
     def close(self, timeout: float = 5.0) -> None:
         """Stops the loop: waits up to ``timeout`` seconds for the callbacks of requests
         still in flight, cancels the tasks left (a batch no one will take) and lets
@@ -181,12 +193,7 @@ class EventLoopThread:
         if self.loop.is_closed():
             return
         _IN_FLIGHT.wait(self.loop, timeout)
-        if self._thread.is_alive():
-            try:
-                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(timeout)
-            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
-                    RuntimeError):  # a task that will not unwind: stop the loop anyway
-                pass
+        self.cancel_tasks(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=timeout)
         if not self._thread.is_alive():
