@@ -205,7 +205,8 @@ class Watchdog:
         within the last ``recall`` seconds."""
         now = time.monotonic()
         with self._lock:
-            return [r for r, p in self.peers.items() if now - p.gap_end <= self.config.recall]
+            back = [r for r, p in self.peers.items() if now - p.gap_end <= self.config.recall]
+        return [r for r in back if self.state(r) != DONE]
 
     def describe(self, rank: int) -> str:
         peer = self.peers[rank]
