@@ -15,7 +15,7 @@ output folder (the ``renamed`` phase watches renames of it). Phases (:data:`PHAS
 - ``assign``, ``relabel``, ``order_edges``, ``copy_rows``, ``uid``: the partition
   pipeline's steps (:meth:`~pyg_dist.partition.pipeline.Team.reached`);
 - ``part_<p>``: partition ``p``'s files are written;
-- ``pairs``: this rank's export file pairs are written; ``manifest``: the export's
+- ``pairs``: the first of this rank's export file pairs is written; ``manifest``: the export's
   manifest is written;
 - ``finish``: the partition writer is about to complete the folder (META, gathering
   the ranks' partitions); ``synced``: the complete temporary folder
