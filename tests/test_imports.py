@@ -19,9 +19,8 @@ ROOT = Path(__file__).resolve().parents[1] / "pyg_dist"
 # The layer order, lowest first. A package may import itself and packages of lower
 # layers only; packages that share a layer may not import each other.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    # names, the base exception, progress lines, memory probes and the test-hook table:
-    # they import nothing of ours
-    ("typing", ("typing", "errors", "madvise", "memory", "progress", "hooks")),
+    # names, the base exception, progress lines and memory probes: they import nothing of ours
+    ("typing", ("typing", "errors", "madvise", "memory", "progress")),
     # the on-disk partition format: META, schema, id maps, validation, atomic files
     ("format", ("format",)),
     # offline: named datasets (Planetoid, OGB, synthetic) loaded as Data/HeteroData

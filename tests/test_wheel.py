@@ -21,9 +21,6 @@ import pyg_dist
 REPO = Path(__file__).resolve().parents[1]
 TEST_FRAMEWORKS = ("pytest", "_pytest", "hypothesis", "unittest.mock", "tests")
 TEST_VARIABLE = re.compile(r"PYG_DIST_TEST_")
-# pyg_dist.hooks (the last reader of PYG_DIST_TEST_* variables) is being removed from the
-# library on its own branch: its faults move into the tests. Until then it is skipped.
-GOING_AWAY = {"pyg_dist.hooks"}
 
 
 def library_modules() -> List[Tuple[str, Path]]:
@@ -60,7 +57,7 @@ def test_the_walk_finds_the_library():
 
 
 def test_no_library_module_is_test_machinery():
-    found = [why for name, path in library_modules() if name not in GOING_AWAY
+    found = [why for name, path in library_modules()
              for why in machinery_in(name, path.read_text())]
     assert not found, "test machinery in the library:\n  " + "\n  ".join(found)
 

@@ -136,7 +136,7 @@ class Team(Protocol):
         """Writes META and completes the output (before :meth:`output` is left)."""
 
     def reached(self, phase: str) -> None:
-        """Called when the step ``phase`` is done (test hooks may stop here)."""
+        """Called when the step ``phase`` is done (a seam: does nothing)."""
 
 
 class OneProcess:

@@ -2,6 +2,12 @@
 
 Samplers are coroutines: each hop awaits its remote requests while the loop runs
 other batches' hops. Exceptions always travel to whoever waits on the result.
+
+Shutdown with requests in flight (a loop left early, a loader closed, RPC shut down):
+a torch future's callback that settles after its loop closed drops its result instead
+of raising on the RPC thread, and :meth:`EventLoopThread.close` first waits (bounded)
+for the callbacks already running, then cancels the loop's tasks and lets them unwind,
+so no batch is left half run holding tensors while the interpreter exits.
 """
 from __future__ import annotations
 
@@ -9,12 +15,43 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
+import time
 import weakref
-from typing import Any, Awaitable, Callable, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar
 
 import torch
 
 T = TypeVar("T")
+
+
+class _InFlight:
+    """How many torch futures' callbacks per loop have not delivered their result yet."""
+
+    def __init__(self) -> None:
+        self.counts: Dict[int, int] = {}
+        self.changed = threading.Condition()
+
+    def add(self, loop: asyncio.AbstractEventLoop, n: int) -> None:
+        with self.changed:
+            key = id(loop)
+            self.counts[key] = self.counts.get(key, 0) + n
+            if self.counts[key] <= 0:
+                del self.counts[key]
+                self.changed.notify_all()
+
+    def wait(self, loop: asyncio.AbstractEventLoop, timeout: float) -> bool:
+        """Waits until no callback of ``loop`` is pending; False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while id(loop) in self.counts:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(left)
+        return True
+
+
+_IN_FLIGHT = _InFlight()
 
 
 def _settle(target: "asyncio.Future[Any]", value: Any, error: Optional[BaseException]) -> None:
@@ -39,22 +76,38 @@ def wrap_future(fut: torch.futures.Future, loop: asyncio.AbstractEventLoop,
         convert: maps the value to the result (may raise: the waiter gets that error).
     """
     target = loop.create_future()
+    _IN_FLIGHT.add(loop, 1)
 
     def done(f: torch.futures.Future) -> None:
-        value, error = None, None
         try:
-            value = f.value()
-        except BaseException as exc:  # delivered to the waiter, never dropped
-            error = on_error(exc) if on_error else exc
-        if error is None and convert is not None:
-            try:
-                value = convert(value)
-            except BaseException as exc:  # delivered to the waiter, never dropped
-                error = exc
-        loop.call_soon_threadsafe(_settle, target, value, error)
+            _deliver(f, loop, target, on_error, convert)
+        finally:
+            _IN_FLIGHT.add(loop, -1)
 
     fut.add_done_callback(done)
     return target
+
+
+def _deliver(f: torch.futures.Future, loop: asyncio.AbstractEventLoop,
+             target: "asyncio.Future[Any]",
+             on_error: Optional[Callable[[BaseException], BaseException]],
+             convert: Optional[Callable[[Any], Any]]) -> None:
+    """Hands the torch future's outcome to ``target`` on its loop (see :func:`wrap_future`)."""
+    value, error = None, None
+    try:
+        value = f.value()
+    except BaseException as exc:  # delivered to the waiter, never dropped
+        error = on_error(exc) if on_error else exc
+    if error is None and convert is not None:
+        try:
+            value = convert(value)
+        except BaseException as exc:  # delivered to the waiter, never dropped
+            error = exc
+    try:
+        loop.call_soon_threadsafe(_settle, target, value, error)
+    except RuntimeError:  # the loop closed meanwhile: nobody waits for this result
+        if not loop.is_closed():
+            raise
 
 
 async def gather_all(*futures: Awaitable[Any]) -> List[Any]:
@@ -121,10 +174,35 @@ class EventLoopThread:
             future.cancel()
             raise TimeoutError(f"pyg_dist task did not finish within {timeout}s") from None
 
-    def close(self) -> None:
+    def cancel_tasks(self, timeout: float = 5.0) -> None:
+        """Cancels every task on the loop (batches no one will take) and waits up to
+        ``timeout`` seconds for them to unwind; their requests already sent still
+        complete (see :meth:`close`)."""
+        if not self.alive:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(timeout)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
+                RuntimeError):  # a task that will not unwind: the caller goes on anyway
+            pass
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stops the loop: waits up to ``timeout`` seconds for the callbacks of requests
+        still in flight, cancels the tasks left (a batch no one will take) and lets
+        them unwind, then stops and closes it."""
         if self.loop.is_closed():
             return
+        _IN_FLIGHT.wait(self.loop, timeout)
+        self.cancel_tasks(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=timeout)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_tasks() -> None:
+    """Cancels every other task of the running loop and waits until they ended."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -14,7 +14,12 @@ What the watchdog does with a silent peer:
 - after ``warn_after`` seconds it logs one line naming the rank;
 - every pyg_dist error about a peer (RPC failures, failed collectives) and every
   uncaught exception (through ``sys.excepthook``) adds :func:`diagnose`'s line, so
-  the message names the rank that did not answer;
+  the message names the rank that did not answer. A peer that was silent for
+  ``warn_after`` seconds or more and came back within the last ``recall`` seconds
+  (a stop that ended just before a collective timed out) is still named, with how
+  long it was silent; the failure a rank reports to its peers carries the line too,
+  so the stalled rank, resumed, reads who waited on it instead of only "rank 0
+  failed";
 - after ``abort_after`` seconds it ends this process with exit code 1 and a
   message naming the rank (like NCCL's watchdog), so a collective left with a long
   timeout (torch's default is 30 minutes) cannot keep the job waiting.
@@ -58,6 +63,8 @@ class _Peer:
     count: int = -1
     changed: float = field(default_factory=time.monotonic)
     warned: bool = False
+    gap: float = 0.0  # the last silence of warn_after or more: its length ...
+    gap_end: float = float("-inf")  # ... and when it ended
 
 
 @dataclass(frozen=True)
@@ -69,10 +76,14 @@ class WatchdogConfig:
         warn_after: silence before a peer is reported as silent.
         abort_after: silence before this process gives up on the job (``None``: never).
             A store that does not answer for half of it ends the process too.
+        recall: how long a silence that ended is still named by :func:`diagnose`
+            (the collectives' timeout: a peer back from a stall may still have made
+            one time out).
     """
     interval: float
     warn_after: float
     abort_after: Optional[float]
+    recall: float = 0.0
 
     @property
     def store_lost_after(self) -> Optional[float]:
@@ -84,7 +95,7 @@ class WatchdogConfig:
         interval = min(max(timeout / 20, 0.25), 5.0)
         abort = None if os.environ.get("PYG_DIST_WATCHDOG", "") == "warn" else \
             max(2 * timeout, 60.0)
-        return cls(interval, max(timeout / 4, 5 * interval), abort)
+        return cls(interval, max(timeout / 4, 5 * interval), abort, timeout + 2 * interval)
 
 
 class Watchdog:
@@ -159,6 +170,8 @@ class Watchdog:
         with self._lock:
             for (rank, peer), count in zip(self.peers.items(), counts):
                 if count != peer.count:
+                    if peer.count >= 0 and now - peer.changed >= self.config.warn_after:
+                        peer.gap, peer.gap_end = now - peer.changed, now
                     peer.count, peer.changed, peer.warned = count, now, False
         for rank in self.silent(self.config.warn_after):
             if not self.peers[rank].warned:
@@ -187,12 +200,24 @@ class Watchdog:
             quiet = [r for r, p in self.peers.items() if now - p.changed > seconds]
         return [r for r in quiet if self.state(r) != DONE]
 
+    def recently_silent(self) -> List[int]:
+        """Peers heard again after a silence of ``warn_after`` seconds or more that ended
+        within the last ``recall`` seconds."""
+        now = time.monotonic()
+        with self._lock:
+            back = [r for r, p in self.peers.items() if now - p.gap_end <= self.config.recall]
+        return [r for r in back if self.state(r) != DONE]
+
     def describe(self, rank: int) -> str:
         peer = self.peers[rank]
-        quiet = time.monotonic() - peer.changed
+        now = time.monotonic()
+        quiet = now - peer.changed
         state = self.state(rank)
         if state and state != DONE:
             return f"rank {rank} failed: {state}"
+        if quiet < 3 * self.config.interval and now - peer.gap_end <= self.config.recall:
+            return (f"rank {rank} sent no heartbeat for {peer.gap:.0f}s until "
+                    f"{now - peer.gap_end:.0f}s ago: it was stopped, hung or unreachable")
         return (f"rank {rank} has sent no heartbeat for {quiet:.0f}s: it is stopped, hung, "
                 f"dead or unreachable")
 
@@ -254,8 +279,9 @@ def diagnose(ranks: Optional[List[int]] = None) -> str:
         return ""
     wanted = dog.peers if ranks is None else [r for r in ranks if r in dog.peers]
     failed = [r for r in wanted if dog.state(r) not in ("", DONE)]
-    quiet = [r for r in dog.silent(3 * dog.config.interval) if r in wanted and r not in failed]
-    return "; ".join(dog.describe(r) for r in failed + quiet)
+    quiet = [r for r in dog.silent(3 * dog.config.interval) + dog.recently_silent()
+             if r in wanted and r not in failed]
+    return "; ".join(dog.describe(r) for r in failed + list(dict.fromkeys(quiet)))
 
 
 def with_diagnosis(message: str, ranks: Optional[List[int]] = None) -> str:
@@ -267,8 +293,10 @@ def with_diagnosis(message: str, ranks: Optional[List[int]] = None) -> str:
 def report_failure(exc: BaseException) -> None:
     """Tells the peers this rank failed with ``exc`` (call before exiting on an error)."""
     if _WATCHDOG is not None:
-        _WATCHDOG.leave(f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc)
-                        else type(exc).__name__)
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) \
+            else type(exc).__name__
+        line = diagnose()
+        _WATCHDOG.leave(f"{what} [{line}]" if line and line not in what else what)
 
 
 def report_done() -> None:

@@ -321,6 +321,9 @@ def shutdown_rpc(graceful: bool = True) -> None:
     if state is None:
         return
     try:
+        # this process's own requests end first: a batch still being sampled (a loop
+        # left early) would otherwise send new requests while RPC shuts down
+        state.loop.cancel_tasks(timeout=5.0)
         if state.ctx.is_distributed:
             rpc.shutdown(graceful=graceful, timeout=state.ctx.rpc_timeout)
     finally:

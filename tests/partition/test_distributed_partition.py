@@ -34,6 +34,7 @@ from test_outofcore import _cut, _homo, assert_same_output
 from test_roundtrip import check_roundtrip
 
 REPO = Path(__file__).resolve().parents[2]
+KILL_WRAPPER = REPO / "tests" / "support" / "kill_at_phase.py"
 GRAPHS = {"homo": _homo, "hetero": lambda: hetero_community_graph(240, avg_degree=4,
                                                                     feat_dim=3, seed=1)}
 
@@ -135,8 +136,7 @@ def test_each_machine_keeps_its_partitions_without_a_shared_file_system(tmp_path
     to their own ``--out``; together they hold the whole partitioning."""
     folder, tables = _chunks(tmp_path, "homo", _homo())
     roots = [tmp_path / f"machine{r}" / "out" for r in range(2)]
-    run_ranks(_unshared_job, 2, str(folder), [str(r) for r in roots], timeout=120,
-              extra_env={"PYG_DIST_TEST_PARTITION_UNSHARED": "1"})
+    run_ranks(_unshared_job, 2, str(folder), [str(r) for r in roots], timeout=120)
     assert sorted(p.name for p in roots[0].iterdir()) == ["META.json", "part_0", "part_1"]
     assert sorted(p.name for p in roots[1].iterdir()) == ["META.json", "part_2", "part_3"]
     for r, parts in ((0, (0, 1)), (1, (2, 3))):
@@ -155,6 +155,10 @@ def test_each_machine_keeps_its_partitions_without_a_shared_file_system(tmp_path
 def _unshared_job(folder: str, roots: List[str]) -> str:
     import pyg_dist
     from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
+    from pyg_dist.partition.distributed.team import RankTeam
+
+    # as if every rank ran on a machine of its own: it sees no other rank's folder
+    RankTeam.visible = lambda self, folders, token: [self.comm.rank]
 
     ctx = pyg_dist.init_process_group("gloo")
     return DistPartitioner(folder, 4, roots[ctx.rank], "2MB", method="metis",
@@ -162,11 +166,15 @@ def _unshared_job(folder: str, roots: List[str]) -> str:
 
 
 def _torchrun(args: List[str], port: int, nnodes: int = 1, node_rank: int = 0,
-              nproc: int = 2, env: Dict[str, str] = None) -> subprocess.Popen:
+              nproc: int = 2, env: Dict[str, str] = None,
+              kill: Tuple[str, int, str] = None) -> subprocess.Popen:
+    """``torchrun ... -m pyg_dist.cli.partition args``; with ``kill`` = (phase, rank, out)
+    through ``tests/support/kill_at_phase.py``, which SIGKILLs that rank at that phase."""
     rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"] if nnodes > 1 else \
         ["--master-addr=127.0.0.1", f"--master-port={port}"]
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
            f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", *rdzv, "--max-restarts=0",
+           *([str(KILL_WRAPPER), kill[0], str(kill[1]), kill[2]] if kill else []),
            "-m", "pyg_dist.cli.partition", *args]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
                 "PYG_DIST_RPC_TIMEOUT": "20", **(env or {})}
@@ -221,10 +229,10 @@ def test_rank_that_dies_is_named_and_leaves_no_output(tmp_path: Path) -> None:
     args = ["--input", str(folder), "--out", str(out), "--num-parts", "2",
             "--memory-budget", "4MB", "--quiet"]
     port = free_port()
-    kill = {"PYG_DIST_TEST_PARTITION_KILL": "order_edges:1"}
-    first = _torchrun(args, port, nnodes=2, node_rank=0, nproc=1, env=kill)
+    kill = ("order_edges", 1, str(out))
+    first = _torchrun(args, port, nnodes=2, node_rank=0, nproc=1, kill=kill)
     time.sleep(3)  # machine 0's agent hosts the rendezvous store
-    second = _torchrun(args, port, nnodes=2, node_rank=1, nproc=1, env=kill)
+    second = _torchrun(args, port, nnodes=2, node_rank=1, nproc=1, kill=kill)
     code0, text0 = _wait(first, 120)
     code1, _ = _wait(second, 120)
     assert code0 != 0 and code1 != 0

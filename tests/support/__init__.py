@@ -8,6 +8,9 @@ package (the wheel holds ``pyg_dist`` only).
 - :mod:`tests.support.netns`: emulated machines (network namespaces, rate-limited links);
 - :mod:`tests.support.pyg_lib_reference`: a plain-Python stand-in for pyg-lib's sampler;
 - :mod:`tests.support.pyg_prep`: label and split files as PyG's partition script writes;
+- :mod:`tests.support.kill_at_phase`: runs a command with a SIGKILL at a named phase of a
+  writer (partitioner, export); :mod:`tests.support.export_rows` and
+  :mod:`tests.support.leave_early` are the user scripts such tests run;
 - :mod:`tests.support.spawn_guard`, :mod:`tests.support.spawn_scan`: the ``multiprocess``
   marker rule, checked at run time (an audit hook) and by reading the tests.
 

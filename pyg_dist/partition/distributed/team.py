@@ -19,7 +19,6 @@ from typing import Dict, Iterator, List, Optional, TypeVar
 
 from pyg_dist.format import files, io, leftovers
 from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.hooks import kill_if_requested, partition_unshared
 from pyg_dist.partition.distributed.comm import ArrayComm
 from pyg_dist.rpc.agreement import DisagreementError, PeerFailedError
 
@@ -77,13 +76,9 @@ class RankTeam:
         comm = self.comm
         token = comm.allgather(uuid.uuid4().hex if comm.rank == 0 else None,
                                "finishing the output")[0]
-        marker = tmp / f".rank-{comm.rank}-{token}"
-        marker.touch()
+        (tmp / f".rank-{comm.rank}-{token}").touch()
         folders = comm.allgather(str(tmp), "finishing the output")
-        seen = [r for r, f in enumerate(folders) if (Path(f) / f".rank-{r}-{token}").exists()]
-        if partition_unshared():  # test hook: as if
-            seen = [comm.rank]  # every rank ran on a machine of its own
-        leaders = comm.allgather(min(seen), "finishing the output")
+        leaders = comm.allgather(min(self.visible(folders, token)), "finishing the output")
         error: Optional[BaseException] = None
         try:
             if leaders[comm.rank] == comm.rank:
@@ -98,13 +93,17 @@ class RankTeam:
         except OSError as exc:
             error = exc
         comm.check("gathering the partitions", error)
-        kill_if_requested("rename", comm.rank)
         if leaders[comm.rank] == comm.rank:
             files.swap_in(tmp, root)
         comm.check("renaming the output folder", None)
 
+    def visible(self, folders: List[str], token: str) -> List[int]:
+        """The ranks whose temporary folder (``folders``, by rank) this rank sees: those
+        on its file system (each marked its folder with ``token``)."""
+        return [r for r, f in enumerate(folders) if (Path(f) / f".rank-{r}-{token}").exists()]
+
     def reached(self, phase: str) -> None:
-        kill_if_requested(phase, self.comm.rank)
+        pass
 
 
 def check_start(rank: int, infos: List[dict], error: Optional[BaseException]) -> None:
