@@ -23,7 +23,7 @@ from pyg_dist.rpc.routing import split_by_owner
 from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.induced import induce
-from pyg_dist.sampler import hop_round, shared_cache
+from pyg_dist.sampler import hop_round, shared_cache, timing
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_round import Plan
 from pyg_dist.sampler.hop_state import HopState
@@ -163,17 +163,27 @@ class DistNeighborSampler(BaseSampler):
             seed_time = await self._node_time(seeds)
         fan = max(max(f) for f in self.config.num_neighbors.values())
         hint = sum(s.numel() for s in seeds.values()) * (1 + max(fan, 1)) ** min(self.num_hops, 2)
+        times, start = timing.current(), timing.now_ns()
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
                          original_eids=self.original_ids, edge_hints=self._edge_hints)
+        start = timing.lap(times, "dedupe", start)  # the hash tables
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng)
             responses = await self.run_hop(plan, state)
+            start = timing.lap(times, "sample", start)
             hop_round.merge(self.group, self.meta, state, plan, responses)
+            start = timing.lap(times, "dedupe", start)
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
+        start = timing.lap(times, "dedupe", start)
+        if times is not None:
+            times.hops += self.num_hops
         if kind == "induced":
-            return await induce(self, sub)
-        return bidirectional(sub, self.is_hetero) if kind == "bidirectional" else sub
+            sub = await induce(self, sub)
+        elif kind == "bidirectional":
+            sub = bidirectional(sub, self.is_hetero)
+        timing.lap(times, "sample", start)
+        return sub
 
     def _plan(self, hop: int, state: HopState, rng: np.random.Generator) -> Plan:
         """Splits the frontier by owner: per partition, a request and where rows go."""
