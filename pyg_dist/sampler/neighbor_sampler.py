@@ -30,6 +30,7 @@ from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
+from pyg_dist.sampler.node_index import NodeIndexPool
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
@@ -105,6 +106,7 @@ class DistNeighborSampler(BaseSampler):
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
         self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
         self._edge_hints: Dict = {}  # room for a batch's edges' original ids, by type
+        self._indexes = NodeIndexPool()  # hash tables reused by the next batches
 
     def _build_cache(self, budget: Budget) -> None:
         """Fills the fetcher's cache, leaving out partitions whose owner holds more than
@@ -166,7 +168,8 @@ class DistNeighborSampler(BaseSampler):
         times, start = timing.current(), timing.now_ns()
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
-                         original_eids=self.original_ids, edge_hints=self._edge_hints)
+                         original_eids=self.original_ids, edge_hints=self._edge_hints,
+                         pool=self._indexes)
         start = timing.lap(times, "dedupe", start)  # the hash tables
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng)
@@ -175,6 +178,7 @@ class DistNeighborSampler(BaseSampler):
             hop_round.merge(self.group, self.meta, state, plan, responses)
             start = timing.lap(times, "dedupe", start)
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
+        state.release()
         start = timing.lap(times, "dedupe", start)
         if times is not None:
             times.hops += self.num_hops
