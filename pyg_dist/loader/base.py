@@ -30,6 +30,7 @@ from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
 from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.state import VERSION, LoaderState, digest
+from pyg_dist.loader.stats import LoaderStats, StatsRecorder
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
 from pyg_dist.rpc.agreement import agree
@@ -169,6 +170,7 @@ class DistLoader:
         self._producer = BatchProducer(self.sampler, self.spec)
         self._pool: Optional[WorkerPool] = None
         self._worker_cache = CacheStats()  # what the workers' feature caches did
+        self._stats = StatsRecorder()  # every batch handed out: stage times, rows moved
         self._iterator: Optional[PassIterator] = None
         self.worker_threads = 1
 
@@ -264,11 +266,11 @@ class DistLoader:
         if self.num_workers > 0:
             self._iterator = WorkerIterator(tasks, next(self._runs), self._worker_pool(),
                                             self.batch_timeout, self._finish,
-                                            self._add_worker_cache)
+                                            self._add_worker_cache, self._stats)
         else:
-            self._iterator = LoopIterator(tasks, self._producer.produce,
+            self._iterator = LoopIterator(tasks, self._producer.produce_timed,
                                           self.sampler.group.loop.submit, self.concurrency,
-                                          self.batch_timeout, self._finish)
+                                          self.batch_timeout, self._finish, self._stats)
         self._position = (epoch, start)
         self.epoch += 1
         return self._iterator
@@ -347,6 +349,23 @@ class DistLoader:
         if self.sampler.fetcher.cache is not None:
             self.sampler.fetcher.cache.reset_stats()
         return stats
+
+    def stats(self, reset: bool = False) -> LoaderStats:
+        """Where this loader's time went since it was built (or reset): stage times of
+        its batches (in sampler workers too), the loop's wait, rows moved by source.
+
+        Args:
+            reset (bool): start counting afresh after this call (e.g. once per epoch).
+
+        Returns:
+            :class:`~pyg_dist.loader.stats.LoaderStats` (``to_dict()``, ``split()``).
+        """
+        out = self._stats.summary()
+        if reset:
+            self._stats = StatsRecorder()
+            if self._iterator is not None:
+                self._iterator.stats = self._stats
+        return out
 
     def _add_worker_cache(self, stats: Optional[CacheStats]) -> None:
         if stats is not None:

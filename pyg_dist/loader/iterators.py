@@ -9,16 +9,34 @@ import concurrent.futures
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
 
 from pyg_dist.loader.collate import Batch
+from pyg_dist.loader.producer import Produced
+from pyg_dist.loader.stats import StatsRecorder
 from pyg_dist.loader.workers import WorkerPool
+from pyg_dist.sampler import timing
 from pyg_dist.sampler.cache import CacheStats
 
 
 class PassIterator:
-    """One pass over a loader's batches; ``yielded`` counts those handed out."""
+    """One pass over a loader's batches; ``yielded`` counts those handed out, and
+    ``stats`` (when given) records each with the training loop's wait for it."""
     yielded: int
+    stats: Optional[StatsRecorder] = None
+    _mark: int = 0  # when the loop last got a batch (or the pass started)
 
     def __iter__(self) -> "PassIterator":
         return self
+
+    def _hand_out(self, produced: Produced, asked: int, got: int,
+                  finish: Callable[[Batch], Batch]) -> Batch:
+        """``finish`` applied to a produced batch, recorded (``asked``/``got``: when
+        the loop asked for it and when it was there)."""
+        batch = finish(produced.batch)
+        if self.stats is not None:
+            end = timing.now_ns()
+            self.stats.add(produced.times, got - asked, end - got)
+            self.stats.add_elapsed(end - (self._mark or asked))
+            self._mark = end
+        return batch
 
     def close(self) -> None:
         raise NotImplementedError
@@ -29,17 +47,20 @@ class LoopIterator(PassIterator):
 
     Args:
         tasks: the pass's batch tasks, in order.
-        produce: a task's coroutine producing its batch.
+        produce: a task's coroutine producing its batch (:class:`Produced`).
         submit: runs a coroutine on the loop, returning a ``concurrent.futures.Future``.
         concurrency: batches in flight.
         timeout: seconds a batch may take.
         finish: applied to every batch handed out (transform, pinning, device).
+        stats: records every batch handed out.
     """
 
-    def __init__(self, tasks: List[Any], produce: Callable[[Any], Awaitable[Batch]],
-                 submit: Callable[[Awaitable[Batch]], concurrent.futures.Future],
-                 concurrency: int, timeout: float, finish: Callable[[Batch], Batch]) -> None:
+    def __init__(self, tasks: List[Any], produce: Callable[[Any], Awaitable[Produced]],
+                 submit: Callable[[Awaitable[Produced]], concurrent.futures.Future],
+                 concurrency: int, timeout: float, finish: Callable[[Batch], Batch],
+                 stats: Optional[StatsRecorder] = None) -> None:
         self.produce, self.submit, self.timeout, self.finish = produce, submit, timeout, finish
+        self.stats, self._mark = stats, timing.now_ns()
         self.tasks: Deque[Any] = collections.deque(tasks)
         self.yielded = 0
         self.pending: Deque[concurrent.futures.Future] = collections.deque()
@@ -55,8 +76,9 @@ class LoopIterator(PassIterator):
             raise StopIteration
         future = self.pending.popleft()
         self._submit()
+        asked = timing.now_ns()
         try:
-            batch = future.result(self.timeout)
+            produced = future.result(self.timeout)
         except concurrent.futures.TimeoutError:
             self.close()
             raise TimeoutError(f"a batch took longer than {self.timeout:.0f}s") from None
@@ -64,7 +86,7 @@ class LoopIterator(PassIterator):
             self.close()
             raise
         self.yielded += 1
-        return self.finish(batch)
+        return self._hand_out(produced, asked, timing.now_ns(), self.finish)
 
     def close(self) -> None:
         for future in self.pending:
@@ -83,15 +105,18 @@ class WorkerIterator(PassIterator):
         timeout: seconds a batch may take.
         finish: applied to every batch handed out (transform, pinning, device).
         add_cache_stats: receives what a worker's feature cache did for a batch.
+        stats: records every batch handed out (with its worker's stage times).
     """
 
     def __init__(self, tasks: List[Any], run: int, pool: WorkerPool, timeout: float,
                  finish: Callable[[Batch], Batch],
-                 add_cache_stats: Callable[[Optional[CacheStats]], None]) -> None:
+                 add_cache_stats: Callable[[Optional[CacheStats]], None],
+                 stats: Optional[StatsRecorder] = None) -> None:
         self.tasks, self.run, self.pool, self.timeout = tasks, run, pool, timeout
         self.finish, self.add_cache_stats = finish, add_cache_stats
+        self.stats, self._mark = stats, timing.now_ns()
         self.sent = self.next_index = 0
-        self.ready: Dict[int, Batch] = {}
+        self.ready: Dict[int, Produced] = {}
         self._fill()
 
     def _fill(self) -> None:
@@ -102,17 +127,19 @@ class WorkerIterator(PassIterator):
     def __next__(self) -> Batch:
         if self.next_index >= len(self.tasks):
             raise StopIteration
+        asked = timing.now_ns()
         while self.next_index not in self.ready:
             run, index, produced, error = self.pool.get(self.timeout)
             if error is not None and run in (self.run, -1):
                 raise RuntimeError(f"sampling failed in a worker process:\n{error}")
             if run == self.run:
-                self.ready[index] = produced.batch
+                self.ready[index] = produced
                 self.add_cache_stats(produced.cache)
-        batch = self.ready.pop(self.next_index)
+        produced = self.ready.pop(self.next_index)
         self.next_index += 1
+        got = timing.now_ns()
         self._fill()
-        return self.finish(batch)
+        return self._hand_out(produced, asked, got, self.finish)
 
     @property
     def yielded(self) -> int:

@@ -10,6 +10,8 @@ from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamp
 
 from pyg_dist.loader.collate import Batch, OriginalIds, collate
 from pyg_dist.loader.ids import label_rows
+from pyg_dist.sampler import timing
+from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
 from pyg_dist.typing import EdgeType, NodeType
@@ -63,6 +65,17 @@ class BatchProducer:
         self.repeats = sampler.config.disjoint or sampler.config.replace
 
     async def produce(self, task: BatchTask) -> Batch:
+        """The batch of ``task``."""
+        return (await self.produce_timed(task)).batch
+
+    async def produce_timed(self, task: BatchTask) -> "Produced":
+        """The batch of ``task`` and where its time went
+        (:class:`~pyg_dist.sampler.timing.BatchTimes`)."""
+        with timing.recording() as times:
+            batch = await self._produce(task, times)
+        return Produced(batch, times)
+
+    async def _produce(self, task: BatchTask, times: timing.BatchTimes) -> Batch:
         inputs, rng = task.inputs, task.rng()
         if self.spec.kind == "node":
             batch = await self.sampler.sample_nodes(inputs, rng)  # type: ignore[arg-type]
@@ -77,10 +90,29 @@ class BatchProducer:
         # hop that sampled it (pyg_dist.sampler.ids)
         nodes = {t: a.pop(ID_ATTR) for t, a in feats.nodes.items() if ID_ATTR in a}
         edges = dict(sub.original_edge or {})
+        start = timing.now_ns()
         labels = self.sampler.features.labels
         if labels is not None and self.spec.kind == "node":  # torch_geometric.distributed's
             node_type = batch.seeds.input_type               # feature.labels
             feats.nodes.setdefault(node_type, {})["y"] = label_rows(
                 labels, nodes[node_type], sub.node[node_type], self.sampler.local.ids,
                 node_type)
-        return collate(batch, feats, self.sampler.meta, OriginalIds(nodes, edges))
+        out = collate(batch, feats, self.sampler.meta, OriginalIds(nodes, edges))
+        times.seeds = int(batch.seeds.input_id.numel())
+        timing.lap(times, "collate", start)
+        return out
+
+
+@dataclass
+class Produced:
+    """A batch, with where its time went and (sampler workers) what their feature
+    cache did for it, which the trainer adds up.
+
+    Args:
+        batch: the ``Data``/``HeteroData`` batch.
+        times: its stage times and rows moved.
+        cache: the feature cache's counts for this batch (workers only).
+    """
+    batch: Batch
+    times: Optional[timing.BatchTimes] = None
+    cache: Optional[CacheStats] = None

@@ -96,13 +96,6 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
         runtime.shutdown_rpc(graceful=graceful)
 
 
-@dataclass
-class Produced:
-    """A worker's batch and what its feature cache did for it (the trainer adds it up)."""
-    batch: Any
-    cache: Optional[CacheStats] = None
-
-
 def _delta(cache: Any, before: Optional[CacheStats]) -> Optional[CacheStats]:
     if cache is None or before is None:
         return None
@@ -137,8 +130,10 @@ def _serve_tasks(group: runtime.RpcGroup, producer: BatchProducer, spec: WorkerS
         try:
             cache = producer.sampler.fetcher.cache
             before = dataclasses.replace(cache.stats) if cache is not None else None
-            batch = group.loop.run(producer.produce(batch_task), timeout=spec.batch_timeout)
-            results.send((epoch, index, Produced(batch, _delta(cache, before)), None))
+            produced = group.loop.run(producer.produce_timed(batch_task),
+                                      timeout=spec.batch_timeout)
+            produced.cache = _delta(cache, before)
+            results.send((epoch, index, produced, None))
         except Exception:  # reported to the trainer, which raises it
             results.send((epoch, index, None, f"sampler worker {os.getpid()} of rank "
                           f"{spec.ctx.rank}:\n{traceback.format_exc()}"))

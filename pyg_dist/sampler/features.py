@@ -39,6 +39,7 @@ from pyg_dist.sampler.node_index import NodeIndex
 from pyg_dist.sampler.rows import Rows, place, place_cast
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
 from pyg_dist.sampler.wire import WireSpec, plan
+from pyg_dist.sampler import timing
 from pyg_dist.typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]
@@ -220,6 +221,8 @@ class FeatureFetcher:
             every_type: also answer, with zero rows, the types not asked (as PyG's
                 loaders give every attribute of a type nothing was sampled of).
         """
+        times, start = timing.current(), timing.now_ns()
+        here_ns = (times.fetch_own_ns + times.fetch_direct_ns) if times is not None else 0
         if every_type:
             none = torch.empty(0, dtype=torch.long)
             nodes = {**{t: none for t in self.node_attrs}, **nodes}
@@ -237,11 +240,14 @@ class FeatureFetcher:
                 self._allocate(job)
                 for share in job.shares:
                     if share.part == self.group.part or share.part in self.group.direct:
-                        self._gather_here(job, share)
+                        self._gather_here(job, share, times)
                 if job.cached is not None and self.cache is not None:
                     for attr in job.attrs:
                         place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
                               job.cached[1])
+                    if times is not None:
+                        n = job.cached[0].numel()
+                        times.add_rows("cached", n, n * self._row_bytes(job))
             layouts.update(_layouts(jobs))
             wired.update(layouts)
             for (kind, group), attrs in self.wire.items():
@@ -249,6 +255,7 @@ class FeatureFetcher:
                     if (kind, group, attr) in wired:
                         shape = wired[(kind, group, attr)].shape
                         wired[(kind, group, attr)] = RowLayout(shape, getattr(torch, name))
+            remote_start[0] = timing.now_ns()
 
         def arrived(sent: _Pending, response: FeatureResponse) -> None:
             check_feature_response(sent.request, response,
@@ -258,10 +265,20 @@ class FeatureFetcher:
                 got = getattr(response, job.kind)[job.group]
                 for attr in job.attrs:
                     place_cast(job.out[attr], share.rows, got[attr])
+                if times is not None:
+                    times.add_rows("remote", share.ids.numel(), sum(
+                        got[a].numel() * got[a].element_size() for a in job.attrs))
             self.stats.count(response)
 
+        remote_start = [start]
         await fan_out([(p, p.future) for p in pending], local, arrived)
-        return self._result(jobs)
+        remote_end = timing.lap(times, "fetch_remote", remote_start[0])
+        result = self._result(jobs)
+        if times is not None:  # the rest: ids deduplicated and split, outputs, requests
+            here_ns = times.fetch_own_ns + times.fetch_direct_ns - here_ns
+            times.fetch_other_ns += timing.now_ns() - start - here_ns - (
+                remote_end - remote_start[0])
+        return result
 
     def _job(self, kind: str, group: Group, ids: Tensor, unique: bool) -> _Job:
         book = self._books[group]
@@ -316,10 +333,12 @@ class FeatureFetcher:
             shape, dtype = self._layout(job, attr)
             job.out[attr] = empty_large((job.num_rows, *shape), dtype)
 
-    def _gather_here(self, job: _Job, share: _Share) -> None:
+    def _gather_here(self, job: _Job, share: _Share,
+                     times: Optional[timing.BatchTimes] = None) -> None:
         """Rows of this process's partition, or of one read directly on this machine
         (what its owner would send, from this process's mapping of the same files),
-        copied straight into the output: no response in between."""
+        copied straight into the output: no response in between (counted in ``times``)."""
+        start = timing.now_ns()
         own = share.part == self.group.part
         sampler = self.local if own else self.group.direct[share.part]["sampler"]
         rows = share.ids - self._books[job.group].start(share.part)  # owned: split by book
@@ -334,6 +353,10 @@ class FeatureFetcher:
                                   self.group.describe(self.group.route(share.part)),
                                   job.group, attr, ids=attr == ID_ATTR)
             place(job.out[attr], share.rows, column, rows, src_rows_below=below)
+        if times is not None:
+            source = "own" if own else "direct"
+            timing.lap(times, f"fetch_{source}", start)
+            times.add_rows(source, rows.numel(), rows.numel() * self._row_bytes(job))
 
     def _send(self, jobs: List[_Job], wire: bool = True) -> List[_Pending]:
         """Issues every remote request; returns them with their futures."""

@@ -19,6 +19,7 @@ from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler import timing
 from pyg_dist.sampler.types import HopRequest, HopResponse
 
 #: per partition, its request and, per edge type of it, where its rows go
@@ -42,6 +43,13 @@ async def run(group: RpcGroup, local: LocalSampler, meta: PartitionMeta, plan: P
     responses: Dict[int, HopResponse] = {}
 
     def run_here() -> None:
+        start = timing.now_ns()
+        try:
+            hops_here()
+        finally:
+            timing.lap(timing.current(), "kernel", start)
+
+    def hops_here() -> None:
         for part in here:
             req = plan[part][0]
             spares = state.spares(req) if state is not None else None

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.node_index import NodeIndex
+from pyg_dist.sampler.node_index import NodeIndex, NodeIndexPool
 from pyg_dist.sampler.types import HopRequest, HopResponse, SampledSubgraph
 from pyg_dist.typing import EdgeType, NodeType
 
@@ -93,13 +93,17 @@ class HopState:
             output's ``original_edge``, kept in :class:`Column` s).
         edge_hints: room per edge type of those columns, read at the start and updated
             at :meth:`output` (the sampler keeps one dict across batches).
+        pool (NodeIndexPool, optional): where the hash tables come from and go back to
+            (:meth:`release`); default: new ones.
     """
 
     def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
                  seed_time: Optional[Dict[NodeType, Tensor]] = None,
                  capacity_hint: int = 1024, original_eids: bool = False,
-                 edge_hints: Optional[Dict[EdgeType, int]] = None) -> None:
+                 edge_hints: Optional[Dict[EdgeType, int]] = None,
+                 pool: Optional[NodeIndexPool] = None) -> None:
         self.disjoint = disjoint
+        self.pool = pool
         self.original: Optional[Dict[EdgeType, Column]] = {} if original_eids else None
         self._drawn: Dict[EdgeType, int] = {}  # this hop's values drawn into spares so far
         self.edge_hints = edge_hints if edge_hints is not None else {}
@@ -115,11 +119,23 @@ class HopState:
         self.subtree_time = _subtree_time(seed_time)
         for node_type, ids in seeds.items():
             batch = torch.arange(ids.numel()) if disjoint else None
-            self.index[node_type] = NodeIndex(max(capacity_hint, ids.numel()))
+            self.index[node_type] = self._new_index(ids.numel())
             self.index[node_type].insert(self._keys(ids, batch))
             self.num_nodes[node_type] = [ids.numel()]
             self.frontier[node_type] = Frontier(ids, torch.arange(ids.numel()), batch,
                                                 self._time_of(batch))
+
+    def _new_index(self, size: int) -> NodeIndex:
+        hint = max(self.capacity_hint, size)
+        return self.pool.take(hint) if self.pool is not None else NodeIndex(hint)
+
+    def release(self) -> None:
+        """Gives the hash tables back to the pool (after :meth:`output`; the state is
+        done with)."""
+        if self.pool is not None:
+            for index in self.index.values():
+                self.pool.give(index)
+        self.index = {}
 
     def _keys(self, ids: Tensor, batch: Optional[Tensor]) -> Tensor:
         """Hash keys: the ids, or ``subtree << ID_BITS | id`` in disjoint mode (ids and
@@ -151,7 +167,7 @@ class HopState:
             self._column(edge_type).append(original)
         src_type = edge_type[0]
         if src_type not in self.index:
-            self.index[src_type] = NodeIndex(max(self.capacity_hint, nbrs.numel()))
+            self.index[src_type] = self._new_index(nbrs.numel())
             self.num_nodes[src_type] = [0] * (self.hops_done + 1)
         row = self.index[src_type].insert(self._keys(nbrs, batch))
         self.rows.setdefault(edge_type, []).append(row)

@@ -24,13 +24,14 @@ from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.compat import accept_pyg_sampler_options, pyg_order
 from pyg_dist.sampler.induced import induce
-from pyg_dist.sampler import hop_round, labor, shared_cache
+from pyg_dist.sampler import hop_round, labor, shared_cache, timing
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_round import Plan
 from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
+from pyg_dist.sampler.node_index import NodeIndexPool
 from pyg_dist.sampler.repeats import first_occurrences, restore_repeats
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
@@ -124,6 +125,7 @@ class DistNeighborSampler(BaseSampler):
         base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
         self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
         self._edge_hints: Dict = {}  # room for a batch's edges' original ids, by type
+        self._indexes = NodeIndexPool()  # hash tables reused by the next batches
 
     def _build_cache(self, budget: Budget) -> None:
         """Fills the fetcher's cache, leaving out partitions whose owner holds more than
@@ -187,17 +189,29 @@ class DistNeighborSampler(BaseSampler):
             seed_time = await self._node_time(seeds)
         fan = max(max(f) for f in self.config.num_neighbors.values())
         hint = sum(s.numel() for s in seeds.values()) * (1 + max(fan, 1)) ** min(self.num_hops, 2)
+        times, start = timing.current(), timing.now_ns()
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
-                         original_eids=self.original_ids, edge_hints=self._edge_hints)
+                         original_eids=self.original_ids, edge_hints=self._edge_hints,
+                         pool=self._indexes)
+        start = timing.lap(times, "dedupe", start)  # the hash tables
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng, labor_seed)
             responses = await self.run_hop(plan, state)
+            start = timing.lap(times, "sample", start)
             hop_round.merge(self.group, self.meta, state, plan, responses)
+            start = timing.lap(times, "dedupe", start)
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
+        state.release()
+        start = timing.lap(times, "dedupe", start)
+        if times is not None:
+            times.hops += self.num_hops
         if kind == "induced":
-            return await induce(self, sub)
-        return bidirectional(sub, self.is_hetero) if kind == "bidirectional" else sub
+            sub = await induce(self, sub)
+        elif kind == "bidirectional":
+            sub = bidirectional(sub, self.is_hetero)
+        timing.lap(times, "sample", start)
+        return sub
 
     def _plan(self, hop: int, state: HopState, rng: np.random.Generator,
               labor_seed: Optional[int] = None) -> Plan:

@@ -28,17 +28,18 @@ def _slot(key: int, shift: int) -> int:
 
 
 @numba.njit(**_JIT)
-def _insert(table, shift, order, size, new_keys, out):
-    """Inserts ``new_keys``; returns the new size (``-1`` if a key is negative, with
-    nothing inserted). ``out`` receives each key's position."""
+def _insert(table, shift, order, size, limit, new_keys, out, start):
+    """Inserts ``new_keys[start:]`` until the table holds ``limit`` keys; returns the new
+    size and the position of the first key not handled (``(-1, 0)`` if a key is
+    negative, with nothing inserted). ``out`` receives each key's position."""
     n = new_keys.shape[0]
-    for i in range(n):
+    for i in range(start, n):
         if new_keys[i] < 0:
-            return -1
+            return -1, 0
     mask = (table.shape[0] >> 1) - 1
-    for i in range(min(PREFETCH_AHEAD, n)):
+    for i in range(start, min(start + PREFETCH_AHEAD, n)):
         prefetch(table, 2 * _slot(new_keys[i], shift))
-    for i in range(n):
+    for i in range(start, n):
         if i + PREFETCH_AHEAD < n:
             prefetch(table, 2 * _slot(new_keys[i + PREFETCH_AHEAD], shift))
         key = new_keys[i]
@@ -49,6 +50,8 @@ def _insert(table, shift, order, size, new_keys, out):
                 out[i] = table[2 * s + 1]
                 break
             if k == _EMPTY:
+                if size == limit:  # full: the caller grows the table and goes on
+                    return size, i
                 table[2 * s] = key
                 table[2 * s + 1] = size
                 order[size] = key
@@ -56,7 +59,7 @@ def _insert(table, shift, order, size, new_keys, out):
                 size += 1
                 break
             s = (s + 1) & mask
-    return size
+    return size, n
 
 
 @numba.njit(**_JIT)
@@ -97,6 +100,11 @@ def _as_keys(keys: Tensor) -> np.ndarray:
 class NodeIndex:
     """Maps keys to positions ``0, 1, 2, ...`` in order of first appearance.
 
+    The hash table is sized by the keys actually inserted (at most half full; it
+    doubles when needed), not by the keys offered: a hop offers every drawn neighbour,
+    most of them seen before. :meth:`clear` empties it for the next batch without
+    giving its memory back (:class:`NodeIndexPool` keeps cleared ones).
+
     Args:
         capacity_hint (int): expected number of keys (the table grows as needed).
     """
@@ -106,28 +114,50 @@ class NodeIndex:
         self._order = np.empty(0, dtype=np.int64)
         self._alloc(max(int(capacity_hint), 16))
 
+    @property
+    def capacity(self) -> int:
+        """Keys the table holds before it grows."""
+        return self._limit
+
     def _alloc(self, capacity: int) -> None:
-        bits = max(int(2 * capacity - 1).bit_length(), 4)  # load factor <= 0.5
-        self._shift = 64 - bits
+        """A table for ``capacity`` keys (at most half full), the keys so far put back."""
+        bits = max(int(2 * capacity - 1).bit_length(), 4)
+        self._shift, self._limit = 64 - bits, 1 << (bits - 1)
         self._table = full_large(2 << bits, _EMPTY)
-        order = np.empty(capacity, dtype=np.int64)
+        self._reserve(self._limit)
         if self._size:
+            keys = self._order[:self._size].copy()
+            _insert(self._table, self._shift, self._order, 0, self._limit, keys,
+                    np.empty(self._size, np.int64), 0)
+
+    def _reserve(self, n: int) -> None:
+        """Room for ``n`` keys in the insertion order (the keys so far kept)."""
+        if n > self._order.shape[0]:
+            order = np.empty(max(n, 2 * self._order.shape[0]), dtype=np.int64)
             order[:self._size] = self._order[:self._size]
-            _insert(self._table, self._shift, np.empty(self._size, np.int64), 0,
-                    order[:self._size], np.empty(self._size, np.int64))
-        self._order = order
+            self._order = order
 
     def insert(self, keys: Tensor) -> Tensor:
         """Adds the keys not seen yet; returns every key's position."""
         new = _as_keys(keys)
-        if self._size + new.shape[0] > self._order.shape[0]:
-            self._alloc(max(2 * self._order.shape[0], self._size + new.shape[0]))
         out = np.empty(new.shape[0], dtype=np.int64)
-        size = _insert(self._table, self._shift, self._order, self._size, new, out)
-        if size < 0:
-            raise ValueError("NodeIndex keys must be non-negative")
-        self._size = size
-        return torch.from_numpy(out)
+        self._reserve(min(self._size + new.shape[0], self._limit))
+        done = 0
+        while True:
+            size, done = _insert(self._table, self._shift, self._order, self._size,
+                                 self._limit, new, out, done)
+            if size < 0:
+                raise ValueError("NodeIndex keys must be non-negative")
+            self._size = size
+            if done == new.shape[0]:
+                return torch.from_numpy(out)
+            self._alloc(2 * self._limit)
+
+    def clear(self) -> None:
+        """Forgets every key; the table keeps its size for the next keys."""
+        if self._size:
+            self._table.fill(_EMPTY)
+            self._size = 0
 
     def lookup(self, keys: Tensor) -> Tensor:
         """Positions of ``keys`` (``-1`` for keys never inserted)."""
@@ -147,3 +177,31 @@ class NodeIndex:
 
     def __len__(self) -> int:
         return self._size
+
+
+class NodeIndexPool:
+    """Cleared :class:`NodeIndex` es kept for the next batch: a batch takes one per node
+    type and gives it back when its node lists are copied out, so tables and their
+    pages are reused instead of allocated (and faulted in) per batch. Batches in
+    flight at once take different ones.
+
+    Args:
+        keep (int): the most tables kept (the rest are dropped when given back).
+    """
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._free: list = []
+
+    def take(self, capacity_hint: int) -> NodeIndex:
+        """An empty index (a kept one when there is one)."""
+        try:
+            return self._free.pop()
+        except IndexError:
+            return NodeIndex(capacity_hint)
+
+    def give(self, index: NodeIndex) -> None:
+        """Takes ``index`` back (cleared); it must not be used afterwards."""
+        if len(self._free) < self.keep:
+            index.clear()
+            self._free.append(index)

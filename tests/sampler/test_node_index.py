@@ -26,3 +26,34 @@ def test_keys_must_be_non_negative_integers():
         index.insert(torch.tensor([[1, 2]]))
     index.insert(torch.tensor([1, 2], dtype=torch.int32))
     assert index.lookup(torch.tensor([2], dtype=torch.int16)).tolist() == [1]
+
+
+def test_table_grows_with_distinct_keys_not_keys_offered():
+    index = NodeIndex(16)
+    keys = torch.arange(5000) % 40  # 5000 keys offered, 40 distinct
+    assert index.insert(keys).tolist() == (torch.arange(5000) % 40).tolist()
+    assert index.capacity == 64  # 16 -> 32 -> 64, not sized by 5000
+    many = torch.randperm(10_000)  # growth in the middle of one insert keeps positions
+    pos = index.insert(many)
+    assert len(index) == 10_000 and index.capacity >= 10_000
+    assert torch.equal(index.keys[pos], many)
+    assert torch.equal(index.lookup(many), pos)
+
+
+def test_cleared_and_pooled_indexes_start_empty():
+    from pyg_dist.sampler.node_index import NodeIndexPool
+
+    pool = NodeIndexPool(keep=1)
+    first = pool.take(8)
+    first.insert(torch.tensor([3, 1, 3, 9]))
+    pool.give(first)
+    again = pool.take(8)
+    assert again is first and len(again) == 0
+    assert again.lookup(torch.tensor([3, 1, 9])).tolist() == [-1, -1, -1]
+    assert again.insert(torch.tensor([9, 4, 9])).tolist() == [0, 1, 0]
+    assert again.keys.tolist() == [9, 4]
+    other = pool.take(8)
+    assert other is not again
+    pool.give(again)
+    pool.give(other)  # beyond keep: dropped
+    assert pool.take(8) is again and pool.take(8) is not other
