@@ -111,11 +111,16 @@ def clean(cora2_resume, tmp_path_factory):
     return job, seeds
 
 
+# Test metrics agree within 1 point (10 of Cora's 1000 test nodes); the epsilon keeps a
+# difference of exactly 0.01 (0.735 - 0.725 = 0.010000000000000009 in floats) inside it.
+CLOSE = 0.01 + 1e-9
+
+
 def check_resumed(faulty: Job, out: Path, clean, resumed_from: int) -> None:
     assert faulty.result()["resumed_from"] == resumed_from, faulty.describe()
     assert max_step(out, 0, inc=1) == 25  # training went on to the end
     assert trained_seeds(out, resumed_from) == clean[1]  # same batches, order, epochs, ranks
-    assert abs(faulty.result()["test_acc"] - clean[0].result()["test_acc"]) <= 0.01
+    assert abs(faulty.result()["test_acc"] - clean[0].result()["test_acc"]) <= CLOSE
 
 
 @pytest.mark.timeout(200)
@@ -162,7 +167,7 @@ def test_embedding_example_resumes_rows_and_sparse_adam(cora2_resume, tmp_path):
     rows = {name: final_rows(tmp_path / name / "final") for name in runs}
     assert torch.allclose(rows["clean"], rows["faulty"], atol=1e-4), \
         (rows["clean"] - rows["faulty"]).abs().max()
-    assert abs(faulty.result()["test_acc"] - runs["clean"].result()["test_acc"]) <= 0.01
+    assert abs(faulty.result()["test_acc"] - runs["clean"].result()["test_acc"]) <= CLOSE
 
 
 def final_rows(path: Path) -> torch.Tensor:
@@ -192,4 +197,4 @@ def test_link_prediction_example_resumes_exactly(cora2_resume, tmp_path):
     want = trained_seeds(tmp_path / "clean", None)
     assert sorted(want[0]) == [1, 2, 3] and len(want[0][2]) > 3 * 512
     assert trained_seeds(tmp_path / "faulty", resumed) == want
-    assert abs(faulty.result()["test_auc"] - runs["clean"].result()["test_auc"]) <= 0.01
+    assert abs(faulty.result()["test_auc"] - runs["clean"].result()["test_auc"]) <= CLOSE
