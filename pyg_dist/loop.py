@@ -35,6 +35,7 @@ from pyg_dist import checkpoint
 from pyg_dist.checkpoint import CheckpointInfo
 from pyg_dist.format import read_meta
 from pyg_dist.rpc import DistContext, init_process_group, shutdown_rpc
+from pyg_dist.rpc.process_group import ensure_process_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 __all__ = ["parser", "fanout", "setup", "load_partition", "log", "reduce", "resume", "Epochs", "result_line",
@@ -84,7 +85,8 @@ def parser(description: str, **defaults: Any) -> argparse.ArgumentParser:
 def setup(device: str = "cpu", seed: int = 0, rpc_timeout: Optional[float] = None
           ) -> Tuple[DistContext, torch.device]:
     """This process's place in the job (from ``torchrun``'s environment), its device,
-    and the process group when there are peers (gloo on CPU, NCCL on GPUs).
+    and the process group when there are peers (gloo on CPU, NCCL on GPUs: gloo when
+    ranks share a GPU, which NCCL refuses).
 
     Args:
         device (str): ``"cpu"`` or ``"cuda"`` (one GPU per local rank).
@@ -109,8 +111,24 @@ def setup(device: str = "cpu", seed: int = 0, rpc_timeout: Optional[float] = Non
         place = torch.device("cuda", ctx.local_rank % torch.cuda.device_count())
         torch.cuda.set_device(place)
     if ctx.is_distributed:  # collectives time out after rpc_timeout, naming a lost rank
-        init_process_group("nccl" if place.type == "cuda" else "gloo", ctx)
+        init_process_group(_backend(place, ctx), ctx)
     return ctx, place
+
+
+def _backend(place: torch.device, ctx: DistContext) -> str:
+    """NCCL when every local rank has a GPU of its own; gloo otherwise (NCCL refuses two
+    ranks on one GPU; gloo all-reduces CUDA tensors through host memory, slower)."""
+    if place.type != "cuda":
+        return "gloo"
+    gpus = torch.cuda.device_count()
+    if ctx.local_world_size > gpus:
+        if ctx.rank == 0:
+            warnings.warn(f"{ctx.local_world_size} ranks share {gpus} GPU(s) on this "
+                          f"machine: NCCL needs one GPU per rank, so the process group uses "
+                          f"gloo (gradients are all-reduced through host memory); start at "
+                          f"most {gpus} rank(s) per machine for NCCL", stacklevel=3)
+        return "gloo"
+    return "nccl"
 
 
 def load_partition(path: str, ctx: DistContext, mmap: bool = True
@@ -142,7 +160,9 @@ def reduce(values: Sequence[float], device: Optional[torch.device] = None,
 
     Args:
         values: the same number of values on every rank.
-        device: where the collective runs (a GPU under NCCL; default: CPU).
+        device: where the collective runs (default: CPU; CPU values go over
+            pyg_dist's own gloo group when the default group is NCCL, which takes GPU
+            tensors only).
         op (str): ``"sum"``, ``"max"`` or ``"min"``.
 
     Returns:
@@ -152,7 +172,10 @@ def reduce(values: Sequence[float], device: Optional[torch.device] = None,
         raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
     t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
     if dist.is_initialized():
-        dist.all_reduce(t, op=_OPS[op])
+        group = None
+        if t.device.type == "cpu" and dist.get_backend() != "gloo":
+            group = ensure_process_group(DistContext.from_env())
+        dist.all_reduce(t, op=_OPS[op], group=group)
     return t.tolist()
 
 

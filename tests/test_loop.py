@@ -92,3 +92,34 @@ def test_epochs_resume_from_the_newest_checkpoint(tmp_path, capsys):
 def test_epochs_with_a_checkpoint_dir_need_state(tmp_path):
     with pytest.raises(ValueError, match="needs the state"):
         loop.Epochs(1, SimpleNamespace(epoch=0), DistContext(), None, str(tmp_path))
+
+
+def test_ranks_sharing_a_gpu_get_gloo_with_a_warning(monkeypatch):
+    """NCCL refuses two ranks on one GPU ("Duplicate GPU detected", seen on an H200 with
+    NCCL 2.28): ``setup`` then picks gloo, which all-reduces CUDA tensors, and says why."""
+    import dataclasses
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cuda = torch.device("cuda", 0)
+    ctx = dataclasses.replace(DistContext.from_env(), world_size=2, local_world_size=2)
+    with pytest.warns(UserWarning, match="2 ranks share 1 GPU"):
+        assert loop._backend(cuda, ctx) == "gloo"
+    assert loop._backend(cuda, dataclasses.replace(ctx, local_world_size=1)) == "nccl"
+    assert loop._backend(torch.device("cpu"), ctx) == "gloo"
+
+
+def test_reduce_sends_cpu_values_over_the_gloo_group_when_the_default_is_nccl(monkeypatch):
+    """NCCL's default group takes GPU tensors only: CPU values (a label count, say) go over
+    pyg_dist's own gloo group."""
+    import torch.distributed as dist
+
+    used, own = [], object()
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(loop, "ensure_process_group", lambda ctx: own)
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op, group=None: used.append(group))
+    assert loop.reduce([4.0], op="max") == [4.0]
+    assert used == [own]
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+    loop.reduce([4.0])
+    assert used == [own, None]
