@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -39,7 +39,7 @@ from pyg_dist.sampler import direct, wire
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store.ids import BATCH_IDS, PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
-from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.sampler.types import NumNeighbors, SamplingConfig
 from pyg_dist.sampler.wire import WireSpec
 
 class DistLoader:
@@ -113,33 +113,23 @@ class DistLoader:
                      temporal_strategy=temporal_strategy, time_attr=time_attr,
                      weight_attr=weight_attr, sampling_strategy=sampling_strategy,
                      layer_dependency=layer_dependency)
+        cache = dict(feature_cache=feature_cache, wire_dtype=wire_dtype)
         error: Optional[BaseException] = None
-        own, config, wire_spec, sampling = 0, None, None, sampling_options(given)
+        sampling, config, own = sampling_options(given), None, 0
         try:
             accept_pyg_options(pyg_options, type(self).__name__)
             check_sizes(batch_size, num_workers, concurrency)
             check_loader_options(shuffle, drop_last, replace, disjoint, even_batches,
                                  pin_memory, seed, feature_cache, transform, device,
                                  time_attr, weight_attr)
-            if neighbor_sampler is not None:
-                given.update(feature_cache=feature_cache, wire_dtype=wire_dtype)
-                sampling = sampling_options(injected_options(
-                    neighbor_sampler, given, (self.features, self.graph), self.ctx,
-                    num_workers))
-                feature_cache = neighbor_sampler.options["feature_cache"]
-                wire_dtype = neighbor_sampler.options["wire_dtype"]
-            wire_spec = wire.normalize(wire_dtype)
-            if seeds.error is not None:
-                raise seeds.error
-            config = DistNeighborSampler.build_config(self.graph.meta, **sampling)
+            sampling, config = self._sampling(given, cache, neighbor_sampler, num_workers)
             own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
         except LOCAL_ERRORS as exc:  # raised on every rank by the agreement
             error = exc
-        options = {"seed": seed, "feature_cache": feature_cache, "wire_dtype": wire_spec}
-        self.spec = ProducerSpec({**sampling, **options},
+        self.spec = ProducerSpec({**sampling, "seed": seed, **cache},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
         counts = agree_loader(type(self).__name__, seeds, (self.features, self.graph),
-                              self.ctx, config, bool(feature_cache), num_workers,
+                              self.ctx, config, bool(cache["feature_cache"]), num_workers,
                               even_batches, own, error)
         seeds.translate(self.ids, (self.features, self.graph), self.ctx)  # collective
         self.sampler = neighbor_sampler if neighbor_sampler is not None else \
@@ -153,6 +143,28 @@ class DistLoader:
         self.plan = EpochPlan(seeds.num_seeds, batch_size,
                               max(counts) if even_batches else own, shuffle, drop_last, seed)
         self._init_iteration_state()
+
+    def _sampling(self, given: Dict[str, Any], cache: Dict[str, Any],
+                  sampler: Optional[DistNeighborSampler], num_workers: int
+                  ) -> Tuple[Dict[str, Any], SamplingConfig]:
+        """The sampler keywords and checked sampling config: the loader's options
+        (``given``), or the options of ``sampler`` given by the caller. Sets ``cache``'s
+        ``feature_cache`` and ``wire_dtype`` (normalised) to the ones in use.
+
+        Raises:
+            ValueError, TypeError: a bad option, seed argument or sampler.
+        """
+        if sampler is not None:
+            sampling = sampling_options(injected_options(
+                sampler, {**given, **cache}, (self.features, self.graph), self.ctx,
+                num_workers))
+            cache.update((k, sampler.options[k]) for k in ("feature_cache", "wire_dtype"))
+        else:
+            sampling = sampling_options(given)
+        cache["wire_dtype"] = wire.normalize(cache["wire_dtype"])
+        if self.seeds.error is not None:
+            raise self.seeds.error
+        return sampling, DistNeighborSampler.build_config(self.graph.meta, **sampling)
 
     def _init_iteration_state(self) -> None:
         """No iteration yet: epoch 0, no position to resume, no sampler workers."""
