@@ -101,7 +101,7 @@ def _owners(sampler, ids: torch.Tensor):
     out = []
     for part, pos in split_by_owner(ids, book.offsets, book.name):
         owner = sampler.local if part == sampler.group.part else \
-            sampler.group.direct[part]["sampler"]
+            sampler.direct.sampler(part)
         out.append((book.to_local(part, ids[pos]), owner))
     return out
 

@@ -23,11 +23,9 @@ the same error on every rank, naming the keys). Each value of ``state`` is an en
   ranks save, ``k'`` load), LR schedulers, your own objects;
 - JSON values (returned in :attr:`CheckpointInfo.values` and written back into ``state``).
 
-The old keywords stay as a thin mapping onto ``state``: ``model=m`` is
-``state={"model": m}``, ``optimizer=o`` is ``{"optimizer.0": o}`` (lists ``.0``, ``.1``,
-...), ``loaders.<i>`` likewise, ``embeddings.<table name>``,
-``sparse_optimizers.<its tables' names joined by +>``; ``extra=d`` is ``{"extra": d}``
-(also :attr:`CheckpointInfo.extra`).
+Everything goes through ``state``: the keywords of 0.1.0 (``model=``, ``optimizer=``,
+``embeddings=``, ``sparse_optimizers=``, ``loaders=``, ``extra=``) are removed, and
+passing one raises a ``TypeError`` that names its ``state=`` form.
 
 A save is atomic (:mod:`pyg_dist.format.files`: a new version folder, then ``LATEST``):
 ``LATEST`` only ever names a complete version, which stays on disk until a newer complete

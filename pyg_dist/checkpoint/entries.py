@@ -1,6 +1,5 @@
 """The ``state`` of :func:`pyg_dist.checkpoint.save`/:func:`~pyg_dist.checkpoint.load`:
-what each value is (its kind), checked before anything is written or read, and the old
-keyword slots mapped onto it.
+what each value is (its kind), checked before anything is written or read.
 
 Kinds, tried in this order:
 
@@ -20,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -123,84 +122,32 @@ def owner_of(items: List[Entry]) -> Dict[str, str]:
         if not found:
             raise ValueError(f"checkpoint: optimizer state['{entry.key}'] trains parameters of "
                              f"no single module in state: pass its model too (e.g. "
-                             f"model=...)")
+                             f"state={{'model': model, ...}})")
         owners[entry.key] = found[0]
     return owners
 
 
-def _listed(value: Any, name: str) -> List[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+#: keywords :func:`save`/:func:`load` took in 0.1.0, and what replaces each
+REMOVED_KEYWORDS: Dict[str, str] = {
+    "model": "state={'model': model}",
+    "optimizer": "state={'optimizer': optimizer} (several: one key each)",
+    "embeddings": "state={'embedding': emb} (several tables: one key each)",
+    "sparse_optimizers": "state={'sparse_optimizer': opt} (several: one key each)",
+    "loaders": "state={'loader': loader} (several: one key each)",
+    "extra": "state={'extra': values} (a JSON value, returned in CheckpointInfo.values)",
+}
 
 
-def _check_slot(items: List[Any], value: Any, name: str, ok: Any, what: str) -> None:
-    for i, item in enumerate(items):
-        if not ok(item):
-            where = f"{name}[{i}]" if isinstance(value, (list, tuple)) else name
-            raise TypeError(f"checkpoint: {where} must be {what}, got {type(item).__name__}")
-
-
-def from_keywords(state: Optional[Dict[str, Any]], model: Any = None, optimizer: Any = None,
-                  embeddings: Any = (), sparse_optimizers: Any = (), loaders: Any = (),
-                  extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """``state`` with the old keyword slots added: ``model=m`` is ``{"model": m}``,
-    ``optimizer=o`` (or a list) is ``{"optimizer.0": o, ...}``, ``embeddings=e`` is
-    ``{"embeddings.<e.name>": e, ...}``, ``sparse_optimizers=s`` is
-    ``{"sparse_optimizers.<its tables' names, joined by +>": s, ...}``, ``loaders=l`` is
-    ``{"loaders.0": l, ...}`` and ``extra=d`` is ``{"extra": d}``.
-
-    Raises:
-        TypeError: naming the slot (and index) holding an object of a wrong kind.
-        ValueError: for a key given twice.
-    """
-    out = dict(state) if state is not None else {}
-    if model is not None and not isinstance(model, torch.nn.Module):
-        raise TypeError(f"checkpoint: model must be a torch.nn.Module (plain or "
-                        f"DistributedDataParallel), got {type(model).__name__}")
-    slots = {"model": [model] if model is not None else []}
-    for name, value, ok, what in (
-            ("optimizer", optimizer, lambda o: isinstance(o, torch.optim.Optimizer),
-             "a torch.optim.Optimizer (or a list of them)"),
-            ("embeddings", embeddings, lambda o: is_stateful(o) and hasattr(o, "weight"),
-             "a pyg_dist DistEmbedding"),
-            ("sparse_optimizers", sparse_optimizers,
-             lambda o: is_stateful(o) and hasattr(o, "params"),
-             "a pyg_dist SparseAdam or SparseAdagrad"),
-            ("loaders", loaders, lambda o: isinstance(o, DistLoader),
-             "a pyg_dist loader (DistNeighborLoader or DistLinkNeighborLoader)")):
-        items = _listed(value, name)
-        _check_slot(items, value, name, ok, what)
-        slots[name] = items
-    for name, items in slots.items():
-        for i, item in enumerate(items):
-            _add(out, _slot_key(name, i, item), item)
-    if extra is not None:
-        if not isinstance(extra, dict):
-            raise ValueError(f"extra must be a dict, got {type(extra).__name__}")
-        if not _is_json(extra):
-            raise ValueError(f"extra must be a dict of JSON values, got {extra!r:.200}")
-        _add(out, "extra", extra)
-    return out
-
-
-def _slot_key(name: str, index: int, item: Any) -> str:
-    """The key of a keyword slot's ``index``-th object: tables by name, sparse optimizers
-    by the names of their tables (so a table loads only into the table it was)."""
-    if name == "model":
-        return name
-    if name == "embeddings":
-        return f"embeddings.{item.name}"
-    if name == "sparse_optimizers":
-        return f"sparse_optimizers.{'+'.join(e.name for e in item.params)}"
-    return f"{name}.{index}"
-
-
-def _add(out: Dict[str, Any], key: str, value: Any) -> None:
-    if key in out:
-        raise ValueError(f"checkpoint: state['{key}'] is given twice (in state= and as a "
-                         f"keyword argument)")
-    out[key] = value
+def refuse_keywords(what: str, kwargs: Dict[str, Any]) -> None:
+    """Raises ``TypeError`` for keyword arguments :func:`save`/:func:`load` do not take,
+    naming the ``state=`` form that replaces a removed keyword."""
+    if not kwargs:
+        return
+    name = sorted(kwargs)[0]
+    if name in REMOVED_KEYWORDS:
+        raise TypeError(f"checkpoint.{what}() no longer takes {name}= (removed after 0.1.0): "
+                        f"pass {REMOVED_KEYWORDS[name]}")
+    raise TypeError(f"checkpoint.{what}() got an unexpected keyword argument '{name}'")
 
 
 def check_path(path: Any) -> None:

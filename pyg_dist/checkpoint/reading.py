@@ -5,7 +5,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -36,7 +36,7 @@ class CheckpointInfo:
             position and stateful entries get rank 0's saved state.
         positions: ``(epoch, batch)`` each loader given resumes at, in key order.
         values: every JSON entry of the checkpoint, by key.
-        extra: ``values["extra"]`` (what ``save(..., extra=...)`` was given), or ``{}``.
+        extra: ``values["extra"]`` (the JSON value saved as ``state["extra"]``), or ``{}``.
     """
     path: str
     step: int
@@ -49,9 +49,7 @@ class CheckpointInfo:
 
 
 def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng: bool = True,
-         model: Optional[torch.nn.Module] = None, optimizer: Any = None,
-         embeddings: Any = (), sparse_optimizers: Any = (), loaders: Sequence[Any] = (),
-         version: Optional[str] = None) -> Optional[CheckpointInfo]:
+         version: Optional[str] = None, **removed: Any) -> Optional[CheckpointInfo]:
     """Loads the current version of checkpoint ``path`` into the entries of ``state``
     (collective). Returns ``None`` on every rank when there is no checkpoint yet (no
     ``path`` or no ``LATEST`` in it).
@@ -68,8 +66,6 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
         state (dict): ``{name: object}`` as given to :func:`~pyg_dist.checkpoint.save`.
         restore_rng (bool): also restore torch's CPU RNG state of each rank (same world
             size only), so dropout after a resume draws as it would have.
-        model, optimizer, embeddings, sparse_optimizers, loaders: the keyword form, as in
-            :func:`~pyg_dist.checkpoint.save`.
         version (str): load this version (a folder name such as
             ``"step000000120-3f9c1a7e"``, as ``pyg-dist-checkpoint list DIR`` shows)
             instead of the one ``LATEST`` names; it must be complete.
@@ -80,12 +76,12 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
             lists the complete versions and how to resume from one), of another
             version, or lacks a key (or holds it as another kind); :class:`RuntimeError`
             naming the rank on the other ranks.
-        TypeError, ValueError: naming the key or argument that is not what is expected.
+        TypeError, ValueError: naming the key or argument that is not what is expected;
+            a keyword removed after 0.1.0 (``model=``, ...) names its ``state=`` form.
     """
+    ent.refuse_keywords("load", removed)
     ranks = Ranks.current()
-    items, found = _agreed_version(path, (state, model, optimizer, embeddings,
-                                          sparse_optimizers, loaders), ranks, restore_rng,
-                                   version)
+    items, found = _agreed_version(path, state, ranks, restore_rng, version)
     if found is None:
         return None
     folder, info = Path(path) / found[0], files.Info(**found[1])
@@ -96,15 +92,14 @@ def load(path: PathLike, state: Optional[Dict[str, Any]] = None, *, restore_rng:
                           positions, dict(info.values), info.values.get("extra", {}))
 
 
-def _agreed_version(path: PathLike, keywords: Tuple[Any, ...], ranks: Ranks,
+def _agreed_version(path: PathLike, state: Optional[Dict[str, Any]], ranks: Ranks,
                     restore_rng: bool, version: Optional[str] = None
                     ) -> Tuple[List[Entry], Optional[Tuple[str, Dict[str, Any]]]]:
     """The entries asked for and the version to load, checked on every rank (collective).
 
     Args:
         path: the checkpoint folder.
-        keywords (tuple): ``(state, model, optimizer, embeddings, sparse_optimizers,
-            loaders)`` as given to :func:`load`.
+        state (dict): the entries to load, as given to :func:`load`.
         ranks (Ranks): the ranks loading.
         restore_rng (bool): whether torch's RNG state is restored too.
         version (str): the version to load (``None``: the one ``LATEST`` names).
@@ -116,7 +111,7 @@ def _agreed_version(path: PathLike, keywords: Tuple[Any, ...], ranks: Ranks,
     error, found, items, spec = None, None, [], None
     try:
         ent.check_path(path)
-        items = ent.entries(ent.from_keywords(*keywords))
+        items = ent.entries(dict(state) if state is not None else {})
         ent.check_flag(restore_rng, "restore_rng")
         spec = [e.spec() for e in items]
         found = _check_version(Path(path), items, ranks, restore_rng, version)

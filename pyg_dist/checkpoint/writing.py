@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -31,9 +31,7 @@ PathLike = Union[str, os.PathLike]
 
 
 def save(path: PathLike, step: int, state: Optional[Dict[str, Any]] = None, *,
-         keep: int = 2, model: Optional[torch.nn.Module] = None, optimizer: Any = None,
-         embeddings: Any = (), sparse_optimizers: Any = (), loaders: Sequence[Any] = (),
-         extra: Optional[Dict[str, Any]] = None) -> str:
+         keep: int = 2, **removed: Any) -> str:
     """Saves every entry of ``state`` as a new version of ``path`` and makes it the
     current one (collective: every rank passes the same keys and kinds).
 
@@ -46,27 +44,22 @@ def save(path: PathLike, step: int, state: Optional[Dict[str, Any]] = None, *,
             ``SparseAdam``/``SparseAdagrad``, LR schedulers, your own objects) or a JSON
             value.
         keep (int): complete versions to keep (older ones are removed after publishing).
-        model, optimizer, embeddings, sparse_optimizers, loaders, extra: the keyword form,
-            a thin mapping onto ``state``: ``model=m`` is ``state={"model": m}``,
-            ``optimizer=o`` is ``{"optimizer.0": o}`` (a list: ``.0``, ``.1``, ...),
-            ``loaders.<i>`` likewise, ``embeddings.<table name>``,
-            ``sparse_optimizers.<its tables' names>``, and ``extra=d`` is
-            ``{"extra": d}``.
 
     Returns:
         the name of the new version.
 
     Raises:
         TypeError, ValueError: naming the key or argument that is not what is expected, or
-            a key whose kind differs between ranks.
+            a key whose kind differs between ranks; a keyword removed after 0.1.0
+            (``model=``, ``optimizer=``, ...) is a ``TypeError`` naming its ``state=`` form.
         CheckpointError: when ``path/LATEST`` exists but is not a regular file, or when a
             step after ``LATEST`` switched to the new version failed (a rank died while
             every rank met a last time, pruning failed): the message says the version is
             published and current. Any other failure leaves the previous version current.
     """
+    ent.refuse_keywords("save", removed)
     ranks, root = Ranks.current(), Path(path) if isinstance(path, (str, os.PathLike)) else None
-    items, name = _begin(ranks, root, path, step, keep, (state, model, optimizer, embeddings,
-                                                        sparse_optimizers, loaders, extra))
+    items, name = _begin(ranks, root, path, step, keep, state)
     try:
         every, digests = _write_version(ranks, root / name, items)
     except Exception:
@@ -81,13 +74,13 @@ def save(path: PathLike, step: int, state: Optional[Dict[str, Any]] = None, *,
 
 
 def _begin(ranks: Ranks, root: Optional[Path], path: Any, step: int, keep: int,
-           keywords: Tuple[Any, ...]) -> Tuple[List[Entry], str]:
+           state: Optional[Dict[str, Any]]) -> Tuple[List[Entry], str]:
     """Checks the arguments, creates the new version folder (rank 0) and agrees on its
     name and on the entries' kinds with every rank (collective)."""
     error, name, items, spec = None, None, [], None
     try:
         ent.check_path(path)
-        items = ent.entries(ent.from_keywords(*keywords))
+        items = ent.entries(dict(state) if state is not None else {})
         ent.check_save(step, keep)
         spec = [e.spec() for e in items]
         if ranks.rank == 0:

@@ -110,7 +110,7 @@ def load_weights(args: argparse.Namespace, model: torch.nn.Module) -> checkpoint
             describe.
     """
     try:
-        found = checkpoint.load(args.checkpoint_dir, model=model)
+        found = checkpoint.load(args.checkpoint_dir, state={"model": model})
     except CheckpointError as exc:  # damaged, or weights of another model
         raise UsageError(f"cannot load the checkpoint in {args.checkpoint_dir} into the model "
                          f"the flags describe (--model {args.model} --hidden {args.hidden} "

@@ -8,10 +8,10 @@ partition folders, checkpoints, inference exports and the shared feature cache.
   too, so after a crash the file is either the old one or the new one, complete.
 - :func:`atomic_dir`: a folder is written as a hidden temporary sibling, flushed, and
   renamed in. An existing ``out`` is exchanged with it in one step (Linux's
-  ``renameat2(RENAME_EXCHANGE)``), so ``out`` is at every moment the previous complete
-  folder or the new one; where the file system cannot exchange, it is moved aside and
-  back on failure (a kill in between leaves it aside, and the next write of ``out``
-  moves it back). Leftovers of killed writers are cleaned by
+  ``renameat2(RENAME_EXCHANGE)``, :mod:`pyg_dist.format.renames`), so ``out`` is at
+  every moment the previous complete folder or the new one; where the file system
+  cannot exchange, it is moved aside and back on failure (a kill in between leaves it
+  aside, and the next write of ``out`` moves it back). Leftovers of killed writers are cleaned by
   :mod:`pyg_dist.format.leftovers`.
 - versioned folders: a root holds version folders named ``step<9+ digits>-<8 hex>``
   (:func:`new_version`) and a ``LATEST`` file naming the current one (:func:`write_latest`,
@@ -30,9 +30,6 @@ are removed by the next :func:`prune` (the next publish).
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
 import json
 import os
 import re
@@ -46,6 +43,7 @@ from typing import Any, Callable, Iterator, List, Optional, Union
 
 from pyg_dist.errors import PygDistError
 from pyg_dist.format import leftovers
+from pyg_dist.format.renames import fsync_dir, move_in_new, swap_in
 
 PathLike = Union[str, os.PathLike]
 
@@ -54,40 +52,8 @@ VERSION_NAME = re.compile(r"step(\d{9,})-[0-9a-f]{8}")
 _POINTER_BYTES = 256
 
 
-RENAME_EXCHANGE = 2  # linux/fs.h
-_AT_FDCWD = -100
-
-
-def _load_libc() -> Optional[Any]:
-    """The C library, when it offers ``renameat2`` (Linux, glibc 2.28+); else None."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return libc
-
-
-_LIBC = _load_libc()
-
-
 class PointerError(ValueError, PygDistError):
     """A ``LATEST`` pointer is not a regular file naming a version folder."""
-
-
-def fsync_dir(folder: PathLike) -> None:
-    """Flushes ``folder``'s entries (creations, renames) to disk, where the file system
-    can (some refuse ``fsync`` of a folder: that is not an error)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
 
 
 def temporary_name(path: Path) -> Path:
@@ -207,66 +173,6 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
             move_in_new(tmp, out)
     finally:
         leftovers.release(tmp, out)
-
-
-def exchange(a: Path, b: Path) -> bool:
-    """Swaps two existing paths in one atomic step (``renameat2(RENAME_EXCHANGE)``).
-
-    Returns:
-        bool: False, and nothing changed, where the system or file system cannot.
-
-    Raises:
-        OSError: if the exchange failed for another reason.
-    """
-    libc = _LIBC
-    if libc is None:
-        return False
-    if libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
-                      RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(a), None, str(b))
-
-
-def swap_in(tmp: Path, out: Path) -> None:
-    """Moves the complete folder ``tmp`` to ``out``. A replaced ``out`` is exchanged
-    with ``tmp`` in one step (then ``tmp`` holds it, removed by
-    :func:`~pyg_dist.format.leftovers.release`), or where that cannot be done moved
-    aside (:func:`~pyg_dist.format.leftovers.old_path`), and back on failure."""
-    old = leftovers.old_path(tmp)
-    if out.exists():
-        if exchange(tmp, out):
-            fsync_dir(out.parent)
-            return
-        os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except BaseException:
-        if old.exists() and not out.exists():
-            os.replace(old, out)
-        raise
-    fsync_dir(out.parent)
-
-
-def move_in_new(tmp: Path, out: Path) -> None:
-    """Moves the complete folder ``tmp`` to ``out``, which must still be missing or
-    empty: the rename itself refuses an ``out`` another writer filled meanwhile (two
-    jobs writing one folder without ``overwrite``: one of them fails, none is lost).
-
-    Raises:
-        FileExistsError: naming ``out`` when it is no longer missing or empty.
-    """
-    try:
-        os.rename(tmp, out)  # over a folder only if it is empty; never over a file
-    except OSError as exc:
-        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
-            raise
-        raise FileExistsError(f"output folder {out} was created by another writer while "
-                              f"this one wrote it; nothing was replaced (pass overwrite "
-                              f"to replace it)") from None
-    fsync_dir(out.parent)
 
 
 def remove(path: Path) -> None:

@@ -23,6 +23,7 @@ from pyg_dist.embedding import DistTensor
 from pyg_dist.format.book import RangeBook
 from pyg_dist.madvise import MADV_DONTNEED, advise
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler import direct
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.typing import NodeType
@@ -206,7 +207,7 @@ class FeatureRows:
         holds about one batch of them (see ``LocalFeatureStore.drop_pages``)."""
         stores = [self.features]
         if self.group is not None:
-            stores += [objects["features"] for objects in self.group.direct.values()]
+            stores += [served["features"] for served in direct.of(self.group).served.values()]
         for store in stores:
             for node_type in self.widths:
                 if store.has(node_type, self.x_attr):

@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import NegativeSampling
 
 from pyg_dist.loader.arguments import check_device, check_loader_options, check_sizes
 from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.compat import accept_pyg_options, rendezvous_context
+from pyg_dist.loader.construction import (agree_loader, injected_options, loader_context,
+                                          sampling_options, take_number)
+from pyg_dist.loader.inputs import LOCAL_ERRORS, LoaderInput
 from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
 from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
@@ -33,47 +34,26 @@ from pyg_dist.loader.state import VERSION, LoaderState, digest
 from pyg_dist.loader.stats import LoaderStats, StatsRecorder
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import incarnation, runtime
-from pyg_dist.rpc.agreement import agree
-from pyg_dist.rpc.context import DistContext, check_context
-from pyg_dist.rpc.process_group import ensure_process_group
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler import direct, wire
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store.ids import BATCH_IDS, PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
-from pyg_dist.sampler import wire
-from pyg_dist.sampler.serving import partitioning
-from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.sampler.types import NumNeighbors, SamplingConfig
 from pyg_dist.sampler.wire import WireSpec
-from pyg_dist.store import LocalGraphStore
-from pyg_dist.typing import EdgeType, NodeType
-
-_LOCAL_ERRORS = (ValueError, TypeError, KeyError, IndexError, NotImplementedError)
-
-
-@dataclass(frozen=True)
-class LoaderSeeds:
-    """What a subclass resolved from its seed arguments.
-
-    Args:
-        kind: ``"node"`` or ``"link"``.
-        input_type: node type (node batches) or edge type (link batches) of the seeds.
-        num_seeds: seeds this rank holds.
-        neg_sampling: negative sampling of link batches.
-    """
-    kind: str
-    input_type: Optional[Union[NodeType, EdgeType]]
-    num_seeds: int
-    neg_sampling: Optional[NegativeSampling] = None
-
 
 class DistLoader:
     """Base of :class:`DistNeighborLoader` and :class:`DistLinkNeighborLoader`; holds the
     options both share (keyword-only; unknown names raise ``TypeError``).
 
-    Subclasses keep their seed arguments, then call this; they provide
-    ``_resolve(graph)`` (their :class:`LoaderSeeds`, raising on bad input) and
-    ``_inputs(positions)`` (the sampler input of one batch).
+    Subclasses resolve their seed arguments first (a
+    :class:`~pyg_dist.loader.inputs.LoaderInput`, holding any error of bad input) and
+    pass them here; this constructor calls nothing of the subclass.
 
     Args:
+        data: ``(feature_store, graph_store)`` of this rank's partition.
+        num_neighbors: fan-out per hop (``None`` only with ``neighbor_sampler``).
+        seeds (LoaderInput): the resolved seeds.
         batch_size, shuffle, drop_last: as in PyG (shuffle is seeded by ``seed + epoch``).
         current_ctx (DistContext): this process's context (default: from torchrun's env).
         num_workers (int): sampler processes (``0``: sample in this process); the same
@@ -104,9 +84,14 @@ class DistLoader:
             ``persistent_workers``, ``filter_per_worker``, ``num_rpc_threads``,
             ``dist_sampler=None``), accepted so its scripts run
             unchanged; see :mod:`pyg_dist.loader.compat` for what each does here.
+        neighbor_sampler (DistNeighborSampler, optional): a sampler built by the caller
+            over ``data``, used instead of building one (as PyG's ``NeighborLoader``);
+            its options decide the sampling, and options given to the loader must equal
+            them; ``num_workers`` must be ``0``.
     """
 
-    def __init__(self, data: tuple, num_neighbors: NumNeighbors, *, batch_size: int = 1,
+    def __init__(self, data: tuple, num_neighbors: Optional[NumNeighbors],
+                 seeds: LoaderInput, *, batch_size: int = 1,
                  shuffle: bool = False, drop_last: bool = False,
                  current_ctx: Optional[DistContext] = None, num_workers: int = 0,
                  concurrency: int = 2, device: Optional[Union[str, torch.device]] = None,
@@ -118,40 +103,38 @@ class DistLoader:
                  pin_memory: Optional[bool] = None,
                  feature_cache: Union[int, float, None] = None, wire_dtype: WireSpec = None,
                  sampling_strategy: str = "neighbor", layer_dependency: bool = False,
+                 neighbor_sampler: Optional[DistNeighborSampler] = None,
                  **pyg_options: Any) -> None:
         self.features, self.graph = unpack_stores(data)
-        self.ctx = rendezvous_context(_context(current_ctx), pyg_options)
-        self._ids: Optional[PartIds] = None
-        sampling = dict(num_neighbors=num_neighbors, replace=replace,
-                        subgraph_type=subgraph_type, disjoint=disjoint,
-                        temporal_strategy=temporal_strategy, time_attr=time_attr,
-                        weight_attr=weight_attr)
-        if (sampling_strategy, layer_dependency) != ("neighbor", False):  # states saved
-            sampling.update(sampling_strategy=sampling_strategy,  # before stay loadable
-                            layer_dependency=layer_dependency)
+        self.ctx = rendezvous_context(loader_context(current_ctx), pyg_options)
+        self.seeds, self._ids = seeds, seeds.table
+        given = dict(num_neighbors=num_neighbors, replace=replace,
+                     subgraph_type=subgraph_type, disjoint=disjoint,
+                     temporal_strategy=temporal_strategy, time_attr=time_attr,
+                     weight_attr=weight_attr, sampling_strategy=sampling_strategy,
+                     layer_dependency=layer_dependency)
+        cache = dict(feature_cache=feature_cache, wire_dtype=wire_dtype)
         error: Optional[BaseException] = None
-        seeds, own, config = LoaderSeeds("node", None, 0), 0, None
-        wire_spec = None
+        sampling, config, own = sampling_options(given), None, 0
         try:
             accept_pyg_options(pyg_options, type(self).__name__)
             check_sizes(batch_size, num_workers, concurrency)
             check_loader_options(shuffle, drop_last, replace, disjoint, even_batches,
                                  pin_memory, seed, feature_cache, transform, device,
                                  time_attr, weight_attr)
-            wire_spec = wire.normalize(wire_dtype)
-            seeds = self._resolve(self.graph)
-            config = DistNeighborSampler.build_config(self.graph.meta, **sampling)
+            sampling, config = self._sampling(given, cache, neighbor_sampler, num_workers)
             own = EpochPlan.local_batches(seeds.num_seeds, batch_size, drop_last)
-        except _LOCAL_ERRORS as exc:  # raised on every rank by the agreement
+        except LOCAL_ERRORS as exc:  # raised on every rank by the agreement
             error = exc
-        options = {"seed": seed, "feature_cache": feature_cache, "wire_dtype": wire_spec}
-        self.spec = ProducerSpec({**sampling, **options},
+        self.spec = ProducerSpec({**sampling, "seed": seed, **cache},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
-        counts = self._agree(seeds, config, num_workers, even_batches, own, error)
-        self._translate(self.ids)  # collective; the same error on every rank
-        self.sampler = DistNeighborSampler(data, current_ctx=self.ctx, **self.spec.sampler_kwargs)
-        group = self.sampler.group
-        self.number, group.loaders = group.loaders, group.loaders + 1
+        counts = agree_loader(type(self).__name__, seeds, (self.features, self.graph),
+                              self.ctx, config, bool(cache["feature_cache"]), num_workers,
+                              even_batches, own, error)
+        seeds.translate(self.ids, (self.features, self.graph), self.ctx)  # collective
+        self.sampler = neighbor_sampler if neighbor_sampler is not None else \
+            DistNeighborSampler(data, current_ctx=self.ctx, **self.spec.sampler_kwargs)
+        self.number = take_number(self.sampler.group)
         self.batch_size, self.num_workers, self.concurrency = batch_size, num_workers, concurrency
         self.device = check_device(device)
         self.pin_memory = pin_memory if pin_memory is not None else (
@@ -160,6 +143,28 @@ class DistLoader:
         self.plan = EpochPlan(seeds.num_seeds, batch_size,
                               max(counts) if even_batches else own, shuffle, drop_last, seed)
         self._init_iteration_state()
+
+    def _sampling(self, given: Dict[str, Any], cache: Dict[str, Any],
+                  sampler: Optional[DistNeighborSampler], num_workers: int
+                  ) -> Tuple[Dict[str, Any], SamplingConfig]:
+        """The sampler keywords and checked sampling config: the loader's options
+        (``given``), or the options of ``sampler`` given by the caller. Sets ``cache``'s
+        ``feature_cache`` and ``wire_dtype`` (normalised) to the ones in use.
+
+        Raises:
+            ValueError, TypeError: a bad option, seed argument or sampler.
+        """
+        if sampler is not None:
+            sampling = sampling_options(injected_options(
+                sampler, {**given, **cache}, (self.features, self.graph), self.ctx,
+                num_workers))
+            cache.update((k, sampler.options[k]) for k in ("feature_cache", "wire_dtype"))
+        else:
+            sampling = sampling_options(given)
+        cache["wire_dtype"] = wire.normalize(cache["wire_dtype"])
+        if self.seeds.error is not None:
+            raise self.seeds.error
+        return sampling, DistNeighborSampler.build_config(self.graph.meta, **sampling)
 
     def _init_iteration_state(self) -> None:
         """No iteration yet: epoch 0, no position to resume, no sampler workers."""
@@ -174,53 +179,12 @@ class DistLoader:
         self._iterator: Optional[PassIterator] = None
         self.worker_threads = 1
 
-    def _agree(self, seeds: LoaderSeeds, config: Any, num_workers: int, even_batches: bool,
-               own: int, error: Optional[BaseException]) -> List[int]:
-        """The collective exchange; returns every rank's own batch count."""
-        what = type(self).__name__
-        if self.ctx.world_size == 1:
-            if error is not None:
-                raise error
-            return [own]
-        must_match = {
-            **partitioning(self.graph), "loader number": _loader_number(),
-            "kind": seeds.kind, "input type": seeds.input_type,
-            "sampling options": repr(config), "negative sampling": repr(seeds.neg_sampling),
-            "num_workers": num_workers, "even_batches": even_batches,
-            # any cache seals every rank's store (its peers' caches hold its rows)
-            "feature_cache (on or off)": bool(self.spec.sampler_kwargs.get("feature_cache")),
-            "stored attributes": self.features.schema(),
-            "labels set": self.features.labels is not None}
-        cpu_group = runtime.current().cpu_group if runtime.is_initialized() else \
-            ensure_process_group(self.ctx)
-        infos = agree(what, must_match, self.ctx.world_size, cpu_group,
-                      info={"batches": own}, error=error)
-        counts = [int(i["batches"]) for i in infos]
-        empty = [r for r, c in enumerate(counts) if c == 0]
-        if even_batches and empty and max(counts) > 0:
-            raise ValueError(
-                f"{what}: rank(s) {empty} have no seeds for a single batch while other ranks "
-                f"have up to {max(counts)} batches; with even_batches=True every rank needs at "
-                f"least one (e.g. node_split(..., force_even=True), or even_batches=False for "
-                f"evaluation)")
-        return counts
-
     @property
     def ids(self) -> PartIds:
         """The original ids of this rank's partition (:mod:`pyg_dist.sampler.ids`)."""
         if self._ids is None:
             self._ids = PartIds.of_stores(self.features, self.graph)
         return self._ids
-
-    def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
-        raise NotImplementedError
-
-    def _translate(self, table: PartIds) -> None:
-        """Translates the seeds' original ids to relabelled ids (collective)."""
-        raise NotImplementedError
-
-    def _inputs(self, positions: Tensor) -> Any:
-        raise NotImplementedError
 
     def __len__(self) -> int:
         return self.plan.num_batches
@@ -261,7 +225,7 @@ class DistLoader:
             start = self._resume.batch
         self._resume = None
         seed, rank = self.spec.sampler_kwargs.get("seed") or 0, self.ctx.rank
-        tasks = [BatchTask(self._inputs(p), (seed, epoch, i, rank))
+        tasks = [BatchTask(self.seeds.inputs(p), (seed, epoch, i, rank))
                  for i, p in enumerate(self.plan.batches(epoch)) if i >= start]
         if self.num_workers > 0:
             self._iterator = WorkerIterator(tasks, next(self._runs), self._worker_pool(),
@@ -282,7 +246,7 @@ class DistLoader:
         plan = self.plan
         return LoaderState(VERSION, self.spec.kind, epoch, batch, plan.num_batches,
                            plan.batch_size, plan.shuffle, plan.drop_last, plan.seed,
-                           plan.num_seeds, digest(self._seed_ids()),
+                           plan.num_seeds, digest(self.seeds.seed_ids),
                            digest(sorted(self.spec.sampler_kwargs.items(), key=str)),
                            self.ctx.world_size, self.ctx.rank)
 
@@ -312,9 +276,6 @@ class DistLoader:
             self._iterator.close()
             self._iterator = None
         self.epoch, self._resume = loaded.epoch, loaded
-
-    def _seed_ids(self) -> Tensor:
-        raise NotImplementedError
 
     def _finish(self, batch: Batch) -> Batch:
         if self.transform is not None:
@@ -390,7 +351,7 @@ class DistLoader:
         cache = self.sampler.fetcher.cache
         return WorkerSpec(ctx, name, self.features, self.graph, self.spec,
                           self.batch_timeout, index, self.worker_threads,
-                          dict(self.sampler.group.direct_infos),
+                          dict(direct.of(self.sampler.group).chosen),
                           dataclasses.asdict(cache.file) if cache and cache.file else None)
 
     def close(self) -> None:
@@ -411,15 +372,4 @@ class DistLoader:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(batches={len(self)}, batch_size={self.batch_size}, "
                 f"num_workers={self.num_workers}, rank={self.ctx.rank})")
-
-
-def _context(ctx: Optional[DistContext]) -> DistContext:
-    if check_context(ctx) is not None:
-        return ctx
-    return runtime.current().ctx if runtime.is_initialized() else DistContext.from_env()
-
-
-def _loader_number() -> int:
-    """The number the next loader of this process's RPC group gets (0 before joining)."""
-    return runtime.current().loaders if runtime.is_initialized() else 0
 

@@ -33,7 +33,8 @@ PYG_LOADER_OPTIONS: Dict[str, str] = {
                          "worker processes when num_workers > 0)",
     "num_rpc_threads": "TensorPipe threads per process; honoured when given before the "
                        "process joins RPC (its first loader)",
-    "dist_sampler": "only None: pyg_dist builds its own sampler from the loader's options",
+    "dist_sampler": "only None: pass a sampler built by the caller as neighbor_sampler= "
+                    "(PyG's NeighborLoader keyword)",
 }
 _SAID: set = set()
 
@@ -50,8 +51,8 @@ def accept_pyg_options(options: Dict[str, Any], what: str) -> None:
         raise TypeError(f"{what}() got an unexpected keyword argument '{unknown[0]}'"
                         + (f" (and {unknown[1:]})" if len(unknown) > 1 else ""))
     if options.get("dist_sampler") is not None:
-        raise NotImplementedError(f"{what}: a dist_sampler built by the caller is not "
-                                  f"supported; pass the sampling options to the loader")
+        raise NotImplementedError(f"{what}: dist_sampler= is not supported; pass a "
+                                  f"DistNeighborSampler as neighbor_sampler= (PyG's keyword)")
     threads = options.get("num_rpc_threads")
     if threads is not None:
         runtime.set_rpc_threads(int(threads))

@@ -31,6 +31,7 @@ from pyg_dist.loader import graph_serving
 from pyg_dist.sampler.id_lookup import check_answer, relabel
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.sampler import direct
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
@@ -221,8 +222,8 @@ class DistGraph(FeatureStore):
             total.add_(check_answer(got, tuple(flat.shape), 0, bound, where))
 
         async def ask() -> None:
-            requests = [(p, self.group.call_async(self.group.route(p), "graph.degrees",
-                                                  edge_type, flat, "out"))
+            requests = [(p, direct.call_async(self.group, self.group.route(p), "graph.degrees",
+                                              edge_type, flat, "out"))
                         for p in range(self.meta.num_parts)]
             await fan_out(requests, None, add)
 
@@ -266,7 +267,8 @@ class DistGraph(FeatureStore):
                 out[pos] = got
 
         async def ask() -> None:
-            requests = [(pos, self.group.call_async(self.group.route(p), name, *args(pos)))
+            requests = [(pos, direct.call_async(self.group, self.group.route(p), name,
+                                                *args(pos)))
                         for p, pos in owners]
             await fan_out(requests, None, put)
 

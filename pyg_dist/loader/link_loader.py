@@ -1,6 +1,7 @@
 """``DistLinkNeighborLoader``: PyG's ``LinkNeighborLoader`` over a partitioned graph."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
@@ -8,10 +9,13 @@ from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from pyg_dist.loader.arguments import check_pair, check_ratio, check_tensor
-from pyg_dist.loader.base import DistLoader, LoaderSeeds
+from pyg_dist.loader.base import DistLoader
 from pyg_dist.loader.ids import to_relabelled
+from pyg_dist.loader.inputs import LOCAL_ERRORS, LoaderInput, Stores
 from pyg_dist.loader.node_loader import as_id_tensor
 from pyg_dist.loader.seeds import stored_edges
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.store.ids import PartIds, check_ids
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -63,6 +67,85 @@ def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabel
     return (resolved if graph.is_hetero else None), index.long()
 
 
+@dataclass
+class LinkInput(LoaderInput):
+    """Seed edges of a :class:`DistLinkNeighborLoader` (see :class:`LoaderInput`).
+
+    Args:
+        index (Tensor): ``[2, E]`` seed edges as original node ids (every stored
+            edge: filled by :meth:`translate`).
+        label (Tensor, optional): labels of the seed edges.
+        time (Tensor, optional): times of the seed edges.
+        all_stored (bool): the seeds are every edge this partition stores
+            (``edge_label_index=None``), found collectively by :meth:`translate`.
+        part_index (Tensor, optional): the seed edges as relabelled node ids.
+        hetero (bool): the graph is heterogeneous (else samplers get no input type).
+    """
+    index: Optional[Tensor] = None
+    label: Optional[Tensor] = None
+    time: Optional[Tensor] = None
+    all_stored: bool = False
+    part_index: Optional[Tensor] = None
+    hetero: bool = False
+
+    @classmethod
+    def resolve(cls, graph: LocalGraphStore, edge_label_index: EdgeLabelIndex,
+                edge_label: Optional[Tensor], edge_label_time: Optional[Tensor],
+                neg_sampling: Union[None, str, Dict, NegativeSampling],
+                ratio: Optional[float], time_attr: Optional[str]) -> "LinkInput":
+        """The seeds of PyG-style link loader arguments (the error kept, not raised)."""
+        try:
+            check_tensor("edge_label", edge_label)
+            check_tensor("edge_label_time", edge_label_time)
+            check_ratio("neg_sampling_ratio", ratio)
+            check_pair("edge_label_time", edge_label_time, time_attr)
+            input_type, index = resolve_edge_label_index(graph, edge_label_index)
+            all_stored = index is None
+            if all_stored:  # relabelled as stored; translate finds the original ids
+                index = torch.stack(graph.csc_by_type[graph.meta.edge_type(input_type)].coo())
+            num = index.size(1)
+            for name, value in (("edge_label", edge_label), ("edge_label_time", edge_label_time)):
+                if value is not None and value.size(0) != num:
+                    raise ValueError(f"{name} has {value.size(0)} entries for {num} edges")
+            if neg_sampling is None and ratio is not None:
+                neg_sampling = NegativeSampling("binary", ratio)
+            neg_sampling = _negative(neg_sampling)
+            if neg_sampling is not None:
+                check_ratio("neg_sampling amount", neg_sampling.amount)
+        except LOCAL_ERRORS as exc:
+            return cls("link", error=exc)
+        return cls("link", input_type or graph.meta.edge_types[0], num, neg_sampling,
+                   index=index, label=edge_label, time=edge_label_time,
+                   all_stored=all_stored, hetero=graph.is_hetero)
+
+    def translate(self, table: PartIds, data: Stores, ctx: DistContext) -> None:
+        edge_type = table.meta.edge_type(self.input_type)
+        if self.all_stored:
+            self.part_index = self.index
+            self.index = stored_edges(data, ctx, edge_type)[:2]
+            return
+        src_type, _, dst_type = edge_type
+        if src_type == dst_type:
+            both = to_relabelled({src_type: self.index.reshape(-1)}, table, ctx,
+                                 "edge_label_index")[src_type]
+            self.part_index = both.view(2, -1)
+        else:
+            got = to_relabelled({src_type: self.index[0], dst_type: self.index[1]}, table,
+                                ctx, "edge_label_index")
+            self.part_index = torch.stack([got[src_type], got[dst_type]])
+
+    def inputs(self, positions: Tensor) -> EdgeSamplerInput:
+        pick = lambda t: t[positions] if t is not None else None  # noqa: E731
+        return EdgeSamplerInput(input_id=positions, row=self.part_index[0, positions],
+                                col=self.part_index[1, positions], label=pick(self.label),
+                                time=pick(self.time),
+                                input_type=self.input_type if self.hetero else None)
+
+    @property
+    def seed_ids(self) -> Tensor:
+        return self.index
+
+
 class DistLinkNeighborLoader(DistLoader):
     """Link-level minibatches (with optional negative sampling), as ``Data``/``HeteroData``.
 
@@ -78,72 +161,48 @@ class DistLinkNeighborLoader(DistLoader):
         edge_label_time: times of the seed edges (temporal sampling).
         neg_sampling: ``NegativeSampling``, ``"binary"``/``"triplet"`` or its kwargs;
             ``neg_sampling_ratio`` is PyG's older shorthand for binary negatives.
+        neighbor_sampler (DistNeighborSampler, optional): the sampler to use, as in
+            PyG's ``LinkNeighborLoader`` (see :class:`~pyg_dist.DistNeighborLoader`).
         **options: the shared loader options of
             :class:`~pyg_dist.loader.base.DistLoader`.
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
-                 num_neighbors: NumNeighbors, edge_label_index: EdgeLabelIndex = None,
+                 num_neighbors: Optional[NumNeighbors] = None,
+                 edge_label_index: EdgeLabelIndex = None,
                  edge_label: Optional[Tensor] = None, edge_label_time: Optional[Tensor] = None,
                  neg_sampling: Union[None, str, Dict, NegativeSampling] = None,
-                 neg_sampling_ratio: Optional[float] = None, **options: Any) -> None:
-        self._args = (edge_label_index, edge_label, edge_label_time, neg_sampling,
-                      neg_sampling_ratio)
-        self._time_attr = options.get("time_attr")
-        super().__init__(data, num_neighbors, **options)
+                 neg_sampling_ratio: Optional[float] = None,
+                 neighbor_sampler: Optional[DistNeighborSampler] = None,
+                 **options: Any) -> None:
+        time_attr = neighbor_sampler.config.time_attr if isinstance(
+            neighbor_sampler, DistNeighborSampler) else options.get("time_attr")
+        seeds = LinkInput.resolve(unpack_stores(data)[1], edge_label_index, edge_label,
+                                  edge_label_time, neg_sampling, neg_sampling_ratio, time_attr)
+        super().__init__(data, num_neighbors, seeds, neighbor_sampler=neighbor_sampler,
+                         **options)
 
-    def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
-        edge_label_index, edge_label, edge_label_time, neg_sampling, ratio = self._args
-        check_tensor("edge_label", edge_label)
-        check_tensor("edge_label_time", edge_label_time)
-        check_ratio("neg_sampling_ratio", ratio)
-        check_pair("edge_label_time", edge_label_time, self._time_attr)
-        self.input_type, index = resolve_edge_label_index(graph, edge_label_index)
-        edge_type = graph.meta.edge_type(self.input_type)
-        #: every stored edge (``edge_label_index=None``): found by edge_split, collectively
-        self._all_stored = index is None
-        self.edge_label_index = torch.stack(graph.csc_by_type[edge_type].coo()) if index is None \
-            else index
-        num = self.edge_label_index.size(1)
-        for name, value in (("edge_label", edge_label), ("edge_label_time", edge_label_time)):
-            if value is not None and value.size(0) != num:
-                raise ValueError(f"{name} has {value.size(0)} entries for {num} edges")
-        if neg_sampling is None and ratio is not None:
-            neg_sampling = NegativeSampling("binary", ratio)
-        self.edge_label, self.edge_label_time = edge_label, edge_label_time
-        neg_sampling = _negative(neg_sampling)
-        if neg_sampling is not None:
-            check_ratio("neg_sampling amount", neg_sampling.amount)
-        return LoaderSeeds("link", self.input_type or graph.meta.edge_types[0], num,
-                           neg_sampling)
+    @property
+    def input_type(self) -> Optional[EdgeType]:
+        """The edge type of the seeds (``None``: a homogeneous graph)."""
+        return self.seeds.input_type if self.seeds.hetero else None
 
-    def _translate(self, table: PartIds) -> None:
-        edge_type = self.graph.meta.edge_type(self.input_type)
-        if self._all_stored:  # relabelled as stored; the user sees original ids
-            self.part_edge_label_index = self.edge_label_index
-            self.edge_label_index = stored_edges((self.features, self.graph), self.ctx,
-                                                 edge_type)[:2]
-            return
-        src_type, _, dst_type = edge_type
-        index = self.edge_label_index
-        if src_type == dst_type:
-            both = to_relabelled({src_type: index.reshape(-1)}, table, self.ctx,
-                                 "edge_label_index")[src_type]
-            part = both.view(2, -1)
-        else:
-            got = to_relabelled({src_type: index[0], dst_type: index[1]}, table, self.ctx,
-                                "edge_label_index")
-            part = torch.stack([got[src_type], got[dst_type]])
-        #: the seed edges as pyg_dist's relabelled node ids (what the sampler works in)
-        self.part_edge_label_index = part
+    @property
+    def edge_label_index(self) -> Tensor:
+        """The seed edges ``[2, E]`` as original node ids."""
+        return self.seeds.index
 
-    def _seed_ids(self) -> Tensor:
-        return self.edge_label_index
+    @property
+    def part_edge_label_index(self) -> Tensor:
+        """The seed edges as pyg_dist's relabelled node ids (what the sampler works in)."""
+        return self.seeds.part_index
 
-    def _inputs(self, positions: Tensor) -> EdgeSamplerInput:
-        pick = lambda t: t[positions] if t is not None else None  # noqa: E731
-        return EdgeSamplerInput(input_id=positions,
-                                row=self.part_edge_label_index[0, positions],
-                                col=self.part_edge_label_index[1, positions],
-                                label=pick(self.edge_label), time=pick(self.edge_label_time),
-                                input_type=self.input_type)
+    @property
+    def edge_label(self) -> Optional[Tensor]:
+        """Labels of the seed edges, or ``None``."""
+        return self.seeds.label
+
+    @property
+    def edge_label_time(self) -> Optional[Tensor]:
+        """Times of the seed edges, or ``None``."""
+        return self.seeds.time

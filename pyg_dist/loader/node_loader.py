@@ -1,6 +1,7 @@
 """``DistNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
@@ -8,8 +9,11 @@ from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_dist.loader.arguments import check_pair, check_tensor
-from pyg_dist.loader.base import DistLoader, LoaderSeeds
+from pyg_dist.loader.base import DistLoader
 from pyg_dist.loader.ids import check_labels, to_relabelled
+from pyg_dist.loader.inputs import LOCAL_ERRORS, LoaderInput, Stores
+from pyg_dist.rpc.context import DistContext
+from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.store.ids import PartIds, check_ids
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -61,6 +65,57 @@ def as_id_tensor(ids: Any, name: str) -> Tensor:
     return out.long() if out.numel() == 0 else out
 
 
+@dataclass
+class NodeInput(LoaderInput):
+    """Seed nodes of a :class:`DistNeighborLoader` (see :class:`LoaderInput`).
+
+    Args:
+        nodes (Tensor): the seeds as original ids.
+        time (Tensor, optional): seed times (temporal sampling).
+        part_nodes (Tensor, optional): the seeds as relabelled ids (after
+            :meth:`translate`).
+    """
+    nodes: Optional[Tensor] = None
+    time: Optional[Tensor] = None
+    part_nodes: Optional[Tensor] = None
+
+    @classmethod
+    def resolve(cls, data: Stores, input_nodes: InputNodes, input_time: Optional[Tensor],
+                time_attr: Optional[str]) -> "NodeInput":
+        """The seeds of PyG-style ``input_nodes``/``input_time`` (the error kept, not
+        raised, on bad input)."""
+        features, graph = data
+        try:
+            check_tensor("input_time", input_time)
+            check_pair("input_time", input_time, time_attr)
+            table = PartIds.of_stores(features, graph) if input_nodes is None or \
+                features.labels is not None else None
+            input_type, nodes = resolve_input_nodes(graph, input_nodes, table)
+            if input_time is not None and input_time.numel() != nodes.numel():
+                raise ValueError(f"input_time has {input_time.numel()} entries for "
+                                 f"{nodes.numel()} input nodes")
+            if features.labels is not None:
+                check_labels(features.labels, table, graph.meta.node_type(input_type))
+        except LOCAL_ERRORS as exc:
+            return cls("node", error=exc)
+        return cls("node", input_type, nodes.numel(), table=table, nodes=nodes,
+                   time=input_time)
+
+    def translate(self, table: PartIds, data: Stores, ctx: DistContext) -> None:
+        node_type = table.meta.node_type(self.input_type)
+        self.part_nodes = to_relabelled({node_type: self.nodes}, table, ctx,
+                                        "input_nodes")[node_type]
+
+    def inputs(self, positions: Tensor) -> NodeSamplerInput:
+        time = self.time[positions] if self.time is not None else None
+        return NodeSamplerInput(input_id=positions, node=self.part_nodes[positions],
+                                time=time, input_type=self.input_type)
+
+    @property
+    def seed_ids(self) -> Tensor:
+        return self.nodes
+
+
 class DistNeighborLoader(DistLoader):
     """Node-level minibatches of sampled neighbourhoods, as ``Data``/``HeteroData``.
 
@@ -77,6 +132,12 @@ class DistNeighborLoader(DistLoader):
         input_nodes: seeds: original ids (tensor, list, or boolean mask over all nodes),
             ``(node_type, ids)``, a node type, or ``None`` (all nodes this partition owns).
         input_time: seed times (temporal sampling).
+        neighbor_sampler (DistNeighborSampler, optional): the sampler to use, as in
+            PyG's ``NeighborLoader``: built by the caller (e.g. a subclass, or one shared
+            by several loaders) over the same ``data``. Its options decide the sampling;
+            the loader's own sampling options may be left out (given, they must equal
+            the sampler's). Sampling then runs in this process (``num_workers=0``).
+            Default: the loader builds one from its options.
         **options: the shared loader options of
             :class:`~pyg_dist.loader.base.DistLoader` (``batch_size``, ``shuffle``,
             ``drop_last``, ``current_ctx``, ``num_workers``, ``concurrency``, ``device``,
@@ -89,36 +150,32 @@ class DistNeighborLoader(DistLoader):
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],
-                 num_neighbors: NumNeighbors, input_nodes: InputNodes = None,
-                 input_time: Optional[Tensor] = None, **options: Any) -> None:
-        self._args = (input_nodes, input_time)
-        self._time_attr = options.get("time_attr")
-        super().__init__(data, num_neighbors, **options)
+                 num_neighbors: Optional[NumNeighbors] = None, input_nodes: InputNodes = None,
+                 input_time: Optional[Tensor] = None,
+                 neighbor_sampler: Optional[DistNeighborSampler] = None,
+                 **options: Any) -> None:
+        time_attr = neighbor_sampler.config.time_attr if isinstance(
+            neighbor_sampler, DistNeighborSampler) else options.get("time_attr")
+        seeds = NodeInput.resolve(unpack_stores(data), input_nodes, input_time, time_attr)
+        super().__init__(data, num_neighbors, seeds, neighbor_sampler=neighbor_sampler,
+                         **options)
 
-    def _resolve(self, graph: LocalGraphStore) -> LoaderSeeds:
-        input_nodes, input_time = self._args
-        check_tensor("input_time", input_time)
-        check_pair("input_time", input_time, self._time_attr)
-        self.input_type, self.input_nodes = resolve_input_nodes(graph, input_nodes, self.ids)
-        if input_time is not None and input_time.numel() != self.input_nodes.numel():
-            raise ValueError(f"input_time has {input_time.numel()} entries for "
-                             f"{self.input_nodes.numel()} input nodes")
-        if self.features.labels is not None:
-            check_labels(self.features.labels, self.ids, graph.meta.node_type(self.input_type))
-        self.input_time = input_time
-        return LoaderSeeds("node", self.input_type, self.input_nodes.numel())
+    @property
+    def input_type(self) -> Optional[NodeType]:
+        """The node type of the seeds (``None``: a homogeneous graph)."""
+        return self.seeds.input_type
 
-    def _translate(self, table: PartIds) -> None:
-        node_type = self.graph.meta.node_type(self.input_type)
-        ids = {node_type: self.input_nodes} if hasattr(self, "input_nodes") else {}
-        #: the seeds as pyg_dist's relabelled ids (what the sampler works in)
-        self.part_input_nodes = to_relabelled(ids, table, self.ctx, "input_nodes").get(
-            node_type, torch.empty(0, dtype=torch.long))
+    @property
+    def input_nodes(self) -> Tensor:
+        """The seeds as original ids."""
+        return self.seeds.nodes
 
-    def _seed_ids(self) -> Tensor:
-        return self.input_nodes
+    @property
+    def input_time(self) -> Optional[Tensor]:
+        """The seeds' times (temporal sampling), or ``None``."""
+        return self.seeds.time
 
-    def _inputs(self, positions: Tensor) -> NodeSamplerInput:
-        time = self.input_time[positions] if self.input_time is not None else None
-        return NodeSamplerInput(input_id=positions, node=self.part_input_nodes[positions],
-                                time=time, input_type=self.input_type)
+    @property
+    def part_input_nodes(self) -> Tensor:
+        """The seeds as pyg_dist's relabelled ids (what the sampler works in)."""
+        return self.seeds.part_nodes

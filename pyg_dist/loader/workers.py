@@ -66,7 +66,7 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
     results.send((STARTED, spec.index, None, None))
     torch.set_num_threads(spec.threads)
     from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
-    from pyg_dist.sampler.direct import open_direct
+    from pyg_dist.sampler import direct
     from pyg_dist.sampler.local import serving_objects
     from pyg_dist.sampler.shared_cache import attach
     from pyg_dist.store.source import FileId
@@ -75,7 +75,7 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
     warm_up()  # before joining: no peer waits on this worker's compiler
     group = runtime.join_rpc(spec.ctx, spec.graph.num_parts,
                              serving_objects(spec.features, spec.graph), group=spec.group)
-    group.direct = open_direct(spec.direct)  # the same partitions its trainer reads directly
+    direct.reuse(group, spec.direct)  # the same partitions its trainer reads directly
     graceful = True
     try:
         kwargs = dict(spec.producer.sampler_kwargs)

@@ -39,7 +39,7 @@ from pyg_dist.rpc.agreement import agree
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
 from pyg_dist.rpc.process_group import ensure_process_group
-from pyg_dist.rpc.registry import RemoteFailure, dispatch, reads_partition_only, run_local
+from pyg_dist.rpc.registry import RemoteFailure, dispatch, run_local
 from pyg_dist.rpc.stores import store_address
 
 log = logging.getLogger("pyg_dist")
@@ -78,9 +78,12 @@ def _register_hooks() -> None:
             _HOOKS["atexit"] = True
 
 
-@dataclass
+@dataclass(eq=False)
 class RpcGroup:
-    """This process's RPC membership: who the peers are and which partition each serves.
+    """This process's RPC membership and transport: who the peers are, which partition
+    each serves, and how to call them. What the layers above keep per group (the
+    sampler's same-machine reads, the loaders' numbering) lives in their own objects,
+    keyed by the group (it compares and hashes by identity).
 
     Args:
         ctx (DistContext): job context of this process.
@@ -96,13 +99,6 @@ class RpcGroup:
     loop: EventLoopThread
     served: Dict[str, Any] = field(default_factory=dict)
     cpu_group: Optional[Any] = None
-    loaders: int = 0  # loaders built collectively in this group (their agreed number)
-    #: partition -> objects serving it from files this process mapped itself (same
-    #: machine, same files): read-only callees for it run here, without RPC
-    direct: Dict[int, Dict[str, Any]] = field(default_factory=dict)
-    direct_calls: int = 0  # calls served that way (for logs and tests)
-    direct_infos: Dict[int, Dict[str, Any]] = field(default_factory=dict)  # the owners' infos
-    infos: list = field(default_factory=list)  # every rank's info from the join
     _cursor: Dict[int, Iterator[int]] = field(default_factory=dict)
 
     @property
@@ -141,20 +137,23 @@ class RpcGroup:
         peer named; a dead, silent or unreachable peer gives :class:`RpcPeerError`.
         """
         if rank == self.rank:
-            return self._here(callee, args)
-        part = self.ctx.partition_of(rank, self.num_parts)
-        if part in self.direct and reads_partition_only(callee):
-            self.direct_calls += 1
-            return self._here(callee, args, self.direct[part])
+            return self.call_here(callee, args)
         fut = rpc.rpc_async(self.worker_name(rank), dispatch, args=(callee, *args),
                             timeout=self.ctx.rpc_timeout)
         where = f"pyg_dist RPC '{callee}' on {self.describe(rank)}"
         return wrap_future(fut, self.loop.loop, lambda e: _peer_error(e, self, rank, where),
                            lambda value: _unwrap(value, where))
 
-    def _here(self, callee: str, args: tuple, serving: Optional[Dict[str, Any]] = None) -> Any:
-        """Runs ``callee`` in this process (serving ``serving`` instead of ``self.served``
-        when given); returns a completed future of the loop."""
+    def call_here(self, callee: str, args: tuple,
+                  serving: Optional[Dict[str, Any]] = None) -> Any:
+        """Runs ``callee(*args)`` in this process; returns a completed future of the loop.
+
+        Args:
+            callee (str): a registered callee.
+            args (tuple): its arguments.
+            serving (dict, optional): the objects :func:`served` gives the callee instead
+                of this process's own (e.g. another partition's, mapped here).
+        """
         fut: torch.futures.Future = torch.futures.Future()
         token = _SERVING.set(serving)
         try:
@@ -198,8 +197,7 @@ _GROUP: Optional[RpcGroup] = None
 
 def join_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] = None,
              group: str = "trainers", must_match: Optional[Dict[str, Any]] = None,
-             error: Optional[BaseException] = None,
-             info: Optional[Dict[str, Any]] = None) -> RpcGroup:
+             error: Optional[BaseException] = None) -> RpcGroup:
     """Joins (collectively) the RPC group ``group`` of ``ctx.world_size`` processes.
 
     The RPC layer's join, serving given objects; :func:`pyg_dist.init_rpc` (which
@@ -209,8 +207,9 @@ def join_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] 
     calls run in-process. ``served`` are the objects this process serves to peers
     (e.g. ``{"graph": graph_store, "feature": feature_store}``). For the trainers'
     group, ``must_match`` (e.g. the partitioning's identity) is compared across
-    ranks before anyone joins, and a rank's own ``error`` is raised on every rank;
-    every rank's ``info`` is kept in the group's ``infos``.
+    ranks before anyone joins, and a rank's own ``error`` is raised on every rank.
+    What the layers above exchange about the group (e.g. who serves which files) they
+    exchange with :meth:`RpcGroup.agree` once it is joined.
 
     Raises:
         DisagreementError: on every rank, when ranks disagree on ``must_match``.
@@ -222,22 +221,21 @@ def join_rpc(ctx: DistContext, num_parts: int, served: Optional[Dict[str, Any]] 
                                f"call shutdown_rpc() first")
     trainers = group == "trainers"
     cpu_group = None
-    infos = [info or {}]
     try:
         ctx.partition_id(num_parts)  # validates world_size vs num_parts
     except ValueError as exc:
         error = error or exc
     if ctx.is_distributed and trainers:
         cpu_group = ensure_process_group(ctx)
-        infos = agree(f"joining pyg_dist RPC ({group})", {"num_parts": num_parts,
-                                                          **(must_match or {})},
-                      ctx.world_size, cpu_group, info=info, error=error)
+        agree(f"joining pyg_dist RPC ({group})", {"num_parts": num_parts,
+                                                  **(must_match or {})},
+              ctx.world_size, cpu_group, error=error)
     elif error is not None:
         raise error
     name = f"{group}{_generation(ctx, group)}" if trainers else group
     with _LOCK:
         state = RpcGroup(ctx, name, num_parts, EventLoopThread(f"pyg_dist-{name}"),
-                         dict(served or {}), cpu_group, infos=infos)
+                         dict(served or {}), cpu_group)
         _GROUP = state
     if ctx.is_distributed:
         _join(state, trainers)
@@ -304,8 +302,8 @@ def is_initialized() -> bool:
 
 
 def served(name: str) -> Any:
-    """An object this process serves to its peers (used inside callees); inside a
-    direct call (:meth:`RpcGroup._here`), the object of the partition called."""
+    """An object this process serves to its peers (used inside callees); inside
+    :meth:`RpcGroup.call_here` with ``serving``, the object given there."""
     serving = _SERVING.get() or current().served
     obj = serving.get(name)
     if obj is None:

@@ -23,17 +23,22 @@ It is chosen at the RPC join, per partition, only when it is safe:
   (:meth:`LocalFeatureStore.seal`), since a same-machine reader would not see it.
 
 ``PYG_DIST_DIRECT_READS=0`` or ``DistContext(direct_reads=False)`` turns it off;
-the choice is logged (INFO, logger ``pyg_dist``) and kept in ``group.direct``.
+the choice is logged (INFO, logger ``pyg_dist``) and kept in the group's
+:class:`DirectReads` (:func:`of`), which this module owns: the RPC layer only runs a
+callee here when asked (:meth:`RpcGroup.call_here`).
 """
 from __future__ import annotations
 
 import logging
 import os
 import socket
-from dataclasses import asdict
+import weakref
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.registry import reads_partition_only
+from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.local import serving_objects
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.source import FileId, PartitionSource
@@ -41,6 +46,63 @@ from pyg_dist.store.source import FileId, PartitionSource
 log = logging.getLogger("pyg_dist")
 
 ENV = "PYG_DIST_DIRECT_READS"
+
+
+@dataclass(eq=False)
+class DirectReads:
+    """What one RPC group's process reads directly (one per group, :func:`of`).
+
+    Args:
+        infos (list): every rank's :func:`serving_info`, agreed after the join (empty
+            in groups that exchanged none, e.g. sampler workers').
+        chosen (dict): partition -> its owner's info, for the partitions read directly.
+        served (dict): partition -> the objects serving it from this process's own
+            mapping of its files (as its owner serves them).
+        calls (int): reads served that way (hops, rows, lookups); for logs and stats.
+    """
+    infos: List[Dict[str, Any]] = field(default_factory=list)
+    chosen: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+    served: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+    calls: int = 0
+
+    def __contains__(self, part: object) -> bool:
+        return part in self.served
+
+    @property
+    def parts(self) -> List[int]:
+        """The partitions read directly, sorted."""
+        return sorted(self.served)
+
+    def sampler(self, part: int) -> Any:
+        """The :class:`~pyg_dist.sampler.local.LocalSampler` of partition ``part``."""
+        return self.served[part]["sampler"]
+
+    def private_parts(self) -> List[int]:
+        """Partitions whose owner holds more than its files (rows ``put`` there)."""
+        return sorted({i["part"] for i in self.infos
+                       if i.get("private") and i.get("part") is not None})
+
+
+_READS: "weakref.WeakKeyDictionary[Any, DirectReads]" = weakref.WeakKeyDictionary()
+
+
+def of(group: Any) -> DirectReads:
+    """The :class:`DirectReads` of ``group`` (empty until :func:`attach` fills it)."""
+    reads = _READS.get(group)
+    if reads is None:
+        reads = _READS[group] = DirectReads()
+    return reads
+
+
+def call_async(group: RpcGroup, rank: int, callee: str, *args: Any) -> Any:
+    """``group.call_async(rank, callee, *args)``, run on this process's mapping when
+    ``rank``'s partition is read directly and the callee reads only partition files."""
+    reads = of(group)
+    part = group.ctx.partition_of(rank, group.num_parts)
+    if rank != group.rank and part in reads and reads_partition_only(callee):
+        reads.calls += 1
+        return group.call_here(callee, args, reads.served[part])
+    return group.call_async(rank, callee, *args)
 
 
 def enabled(ctx: DistContext) -> bool:
@@ -142,19 +204,32 @@ def readers(ctx: DistContext, num_parts: int, infos: List[Dict[str, Any]]) -> Li
             and info.get("graph") and info.get("features")]
 
 
-def attach(group: Any, features: LocalFeatureStore, graph: LocalGraphStore) -> None:
-    """After the join: maps the partitions to read directly and seals this rank's
-    stores if same-machine peers may read its files."""
-    ctx = group.ctx
-    if not ctx.is_distributed or len(group.infos) != ctx.world_size:
-        return
-    group.direct_infos = choose(ctx, group.num_parts, group.infos)
-    group.direct = open_direct(group.direct_infos)
-    if group.direct:
+def attach(group: RpcGroup, features: LocalFeatureStore, graph: LocalGraphStore,
+           infos: List[Dict[str, Any]]) -> DirectReads:
+    """After the join and the exchange of every rank's :func:`serving_info` (``infos``):
+    maps the partitions to read directly and seals this rank's stores if same-machine
+    peers may read its files. Returns the group's :class:`DirectReads`."""
+    ctx, reads = group.ctx, of(group)
+    if not ctx.is_distributed or len(infos) != ctx.world_size:
+        return reads
+    reads.infos = list(infos)
+    reads.chosen = choose(ctx, group.num_parts, infos)
+    reads.served = open_direct(reads.chosen)
+    if reads.served:
         log.info("pyg_dist: rank %d reads partition(s) %s directly from their files on "
-                 "this machine (%s=0 turns this off)", ctx.rank, sorted(group.direct), ENV)
-    peers = readers(ctx, group.num_parts, group.infos)
+                 "this machine (%s=0 turns this off)", ctx.rank, reads.parts, ENV)
+    peers = readers(ctx, group.num_parts, infos)
     if peers:
         features.seal(f"ranks {peers} on this machine read partition {graph.part}'s files "
                       f"directly and would not see it; put before the first loader, or set "
                       f"{ENV}=0")
+    return reads
+
+
+def reuse(group: RpcGroup, chosen: Dict[int, Dict[str, Any]]) -> DirectReads:
+    """Maps the partitions another process of this rank chose (``chosen``, e.g. a
+    sampler worker taking its trainer's choice) for ``group``."""
+    reads = of(group)
+    reads.chosen = dict(chosen)
+    reads.served = open_direct(reads.chosen)
+    return reads

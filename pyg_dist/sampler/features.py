@@ -39,7 +39,7 @@ from pyg_dist.sampler.node_index import NodeIndex
 from pyg_dist.sampler.rows import Rows, place, place_cast
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
 from pyg_dist.sampler.wire import WireSpec, plan
-from pyg_dist.sampler import timing
+from pyg_dist.sampler import direct, timing
 from pyg_dist.typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]
@@ -158,6 +158,7 @@ class FeatureFetcher:
                  max_rpc_bytes: int = 8 << 20, wire_dtype: WireSpec = None,
                  original_ids: bool = False) -> None:
         self.group = group
+        self.direct = direct.of(group)  # partitions read from their files here
         self.local = local
         self.meta = meta
         # default: what the partition stores, and what was put into the store since
@@ -239,7 +240,7 @@ class FeatureFetcher:
             for job in jobs:
                 self._allocate(job)
                 for share in job.shares:
-                    if share.part == self.group.part or share.part in self.group.direct:
+                    if share.part == self.group.part or share.part in self.direct:
                         self._gather_here(job, share, times)
                 if job.cached is not None and self.cache is not None:
                     for attr in job.attrs:
@@ -340,13 +341,13 @@ class FeatureFetcher:
         copied straight into the output: no response in between (counted in ``times``)."""
         start = timing.now_ns()
         own = share.part == self.group.part
-        sampler = self.local if own else self.group.direct[share.part]["sampler"]
+        sampler = self.local if own else self.direct.sampler(share.part)
         rows = share.ids - self._books[job.group].start(share.part)  # owned: split by book
         columns = {attr: sampler.column(job.group, attr) for attr in job.attrs}
         below = min(c.size(0) for c in columns.values())
         check_index(rows, below, f"rows of partition {share.part}")  # once for every column
         if not own:
-            self.group.direct_calls += 1  # one read of a direct partition
+            self.direct.calls += 1  # one read of a direct partition
         for attr, column in columns.items():
             if not own:
                 check_direct_rows(column, job.out[attr],
@@ -386,7 +387,7 @@ class FeatureFetcher:
             row_bytes = self._row_bytes(job)
             per_piece = max(self.max_rpc_bytes // row_bytes, 1)
             for share in job.shares:
-                if share.part == self.group.part or share.part in self.group.direct:
+                if share.part == self.group.part or share.part in self.direct:
                     continue
                 for piece in _split(share, per_piece):
                     size = piece.ids.numel() * row_bytes

@@ -19,7 +19,7 @@ from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler import timing
+from pyg_dist.sampler import direct, timing
 from pyg_dist.sampler.types import HopRequest, HopResponse
 
 #: per partition, its request and, per edge type of it, where its rows go
@@ -28,9 +28,9 @@ Plan = Dict[int, Tuple[HopRequest, List[tuple]]]
 
 def order(group: RpcGroup, plan: Plan, here_only: bool = False) -> List[int]:
     """The partitions of ``plan`` in merge order (``here_only``: those run here)."""
-    me, direct = group.part, group.direct
-    parts = sorted(plan, key=lambda p: (p != me, p not in direct, p))
-    return [p for p in parts if p == me or p in direct] if here_only else parts
+    me, reads = group.part, direct.of(group)
+    parts = sorted(plan, key=lambda p: (p != me, p not in reads, p))
+    return [p for p in parts if p == me or p in reads] if here_only else parts
 
 
 async def run(group: RpcGroup, local: LocalSampler, meta: PartitionMeta, plan: Plan,
@@ -56,8 +56,9 @@ async def run(group: RpcGroup, local: LocalSampler, meta: PartitionMeta, plan: P
             if part == group.part:
                 responses[part] = local.hop(req, spares)
             else:  # what the callee 'sampler.hop' would run, on this process's mapping
-                group.direct_calls += 1
-                check((part, group.route(part)), group.direct[part]["sampler"].hop(req, spares))
+                reads = direct.of(group)
+                reads.calls += 1
+                check((part, group.route(part)), reads.sampler(part).hop(req, spares))
             if state is not None and req.original_eids:
                 state.drew(req, responses[part])
 

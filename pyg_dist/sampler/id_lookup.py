@@ -19,6 +19,7 @@ from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc.routing import RemoteResponseError, fan_out
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler import direct
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.store.ids import Group, PartIds, check_ids
 
@@ -68,7 +69,8 @@ async def find_elsewhere(group: RpcGroup, meta: PartitionMeta, kind: str, type_:
             raise RemoteResponseError(f"{where} answered ids it does not own")
         torch.maximum(out, got, out=out)
 
-    requests = [(p, group.call_async(group.route(p), "graph.find_ids", kind, type_, queries))
+    requests = [(p, direct.call_async(group, group.route(p), "graph.find_ids", kind, type_,
+                                      queries))
                 for p in range(meta.num_parts) if p != group.part]
     await fan_out(requests, None, take)
     return out

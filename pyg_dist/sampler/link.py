@@ -19,6 +19,7 @@ from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc.routing import fan_out
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler import direct
 from pyg_dist.sampler.checks import RemoteResponseError
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig
@@ -82,8 +83,8 @@ async def _edge_mask(sampler: SubgraphSampler, edge_type: EdgeType, src: Tensor,
     out = torch.zeros(src.numel(), dtype=torch.bool)
     owners = sampler.by_owner(edge_type[2], dst)
     group = sampler.group
-    requests = [(pos, group.call_async(group.route(part), "sampler.has_edges", edge_type,
-                                       src[pos], dst[pos]))
+    requests = [(pos, direct.call_async(group, group.route(part), "sampler.has_edges",
+                                        edge_type, src[pos], dst[pos]))
                 for part, pos in owners if part != group.part]
 
     def local() -> None:

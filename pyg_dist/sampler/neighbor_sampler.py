@@ -24,7 +24,7 @@ from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.compat import accept_pyg_sampler_options, pyg_order
 from pyg_dist.sampler.induced import induce
-from pyg_dist.sampler import hop_round, labor, shared_cache, timing
+from pyg_dist.sampler import direct, hop_round, labor, shared_cache, timing
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.hop_round import Plan
 from pyg_dist.sampler.hop_state import HopState
@@ -111,10 +111,19 @@ class DistNeighborSampler(BaseSampler):
         features, graph = unpack_stores(data)
         keep_freed_memory()  # each batch's arrays reuse the last one's pages
         self.features, self.graph, self.meta = features, graph, graph.meta
+        #: the sampling options it was built with (a loader given this sampler uses them)
+        self.options: Dict[str, Any] = dict(
+            num_neighbors=num_neighbors, replace=replace, subgraph_type=subgraph_type,
+            disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
+            weight_attr=weight_attr, sampling_strategy=sampling_strategy,
+            layer_dependency=layer_dependency, feature_cache=feature_cache,
+            wire_dtype=wire_dtype)
         self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
                                         disjoint, temporal_strategy, time_attr, weight_attr,
                                         sampling_strategy, layer_dependency)
         self.group, self.local = serving_group(check_context(current_ctx), features, graph)
+        #: the partitions this process reads from their files on this machine
+        self.direct = direct.of(self.group)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
                                       original_ids=True)
         #: owners send sampled edges' original ids with every hop (loaders need them)
@@ -131,9 +140,8 @@ class DistNeighborSampler(BaseSampler):
         """Fills the fetcher's cache, leaving out partitions whose owner holds more than
         its files (rows ``put`` there could change) and partitions read directly from
         their files on this machine (their rows never cross the network)."""
-        skip = tuple(sorted({i["part"] for i in self.group.infos
-                             if i.get("private") and i.get("part") is not None}
-                            | set(self.group.direct)))
+        reads = direct.of(self.group)
+        skip = tuple(sorted(set(reads.private_parts()) | set(reads.parts)))
         self.fetcher.cache = shared_cache.build(self.fetcher, budget, skip)
         self.features.seal("peers may cache rows of this partition (feature_cache); put "
                            "before building loaders")

@@ -71,10 +71,22 @@ def init_rpc(ctx: Optional[DistContext] = None,
         error = exc
     warm_up()
     group = runtime.join_rpc(ctx, graph.num_parts, serving_objects(features, graph),
-                             must_match=partitioning(graph), error=error,
-                             info=direct.serving_info(ctx, features, graph))
-    direct.attach(group, features, graph)
+                             must_match=partitioning(graph), error=error)
+    _agree_serving(group, features, graph, None)
     return group
+
+
+def _agree_serving(group: RpcGroup, features: LocalFeatureStore, graph: LocalGraphStore,
+                   error: Optional[BaseException]) -> None:
+    """Every rank tells the others what it serves (collective; ``error`` raised on every
+    rank), then same-machine reads are chosen (:mod:`pyg_dist.sampler.direct`)."""
+    if not group.ctx.is_distributed:
+        if error is not None:
+            raise error
+        return
+    infos = group.agree("serving a partition", partitioning(graph),
+                        info=direct.serving_info(group.ctx, features, graph), error=error)
+    direct.attach(group, features, graph, infos)
 
 
 def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
@@ -119,13 +131,7 @@ def _start_serving(group: RpcGroup, features: LocalFeatureStore,
     if error is None:  # before the agreement: peers may ask as soon as it returns
         group.served.update(serving_objects(features, graph))
     try:
-        if group.ctx.is_distributed:
-            group.infos = group.agree("serving a partition", partitioning(graph),
-                                      info=direct.serving_info(group.ctx, features, graph),
-                                      error=error)
-            direct.attach(group, features, graph)
-        elif error is not None:
-            raise error
+        _agree_serving(group, features, graph, error)
     except BaseException:
         for key in ("graph", "features", "sampler"):
             group.served.pop(key, None)

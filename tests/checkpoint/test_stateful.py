@@ -121,9 +121,6 @@ def test_arguments_are_checked_before_anything_is_written(tmp_path: Path) -> Non
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1  # the failed one is gone
     with pytest.raises(TypeError, match=r"state\['f'\] must be a torch.nn.Module"):
         checkpoint.save(tmp_path, 2, {"f": len})
-    with pytest.raises(ValueError, match=r"state\['model'\] is given twice"):
-        checkpoint.save(tmp_path, 2, {"model": torch.nn.Linear(2, 2)},
-                        model=torch.nn.Linear(2, 2))
     job = _job(0)
     with pytest.raises(ValueError, match=r"optimizer state\['opt'\] trains parameters of no "
                                          r"single module"):

@@ -53,8 +53,8 @@ def _train(model, opt, steps: int = 2) -> None:
 
 def test_no_checkpoint_yet_gives_none(tmp_path):
     model, opt = _model(0)
-    assert checkpoint.load(tmp_path / "absent", model=model, optimizer=opt) is None
-    assert checkpoint.load(tmp_path, model=model, optimizer=opt) is None
+    assert checkpoint.load(tmp_path / "absent", state={"model": model, "optimizer.0": opt}) is None
+    assert checkpoint.load(tmp_path, state={"model": model, "optimizer.0": opt}) is None
 
 
 def test_everything_comes_back(stores, tmp_path):
@@ -68,8 +68,10 @@ def test_everything_comes_back(stores, tmp_path):
     sparse = SparseAdam([emb], lr=0.1)
     emb(torch.arange(10)).sum().backward()
     sparse.step()
-    name = checkpoint.save(tmp_path, step=3, model=model, optimizer=opt, embeddings=emb,
-                           sparse_optimizers=sparse, loaders=[loader], extra={"loss": 1.5})
+    name = checkpoint.save(tmp_path, step=3, state={"model": model, "optimizer.0": opt,
+                                                    f"embeddings.{emb.name}": emb,
+                                                    "sparse_optimizers.0": sparse,
+                                                    "loaders.0": loader, "extra": {"loss": 1.5}})
     rng_after_save = torch.rand(3)
     rest = [b.n_id for b in it]
     weights, emb_rows = [p.detach().clone() for p in model.parameters()], emb.weight[:]
@@ -79,11 +81,13 @@ def test_everything_comes_back(stores, tmp_path):
     sparse2 = SparseAdam([emb2], lr=0.1)
     loader2 = _loader(stores)
     with pytest.raises(CheckpointError):  # tables are matched by name
-        checkpoint.load(tmp_path, model=model2, optimizer=opt2, embeddings=emb2,
-                        sparse_optimizers=sparse2, loaders=[loader2])
+        checkpoint.load(tmp_path, state={"model": model2, "optimizer.0": opt2,
+                                         f"embeddings.{emb2.name}": emb2,
+                                         "sparse_optimizers.0": sparse2, "loaders.0": loader2})
     emb.weight[torch.arange(50)] = torch.zeros(50, 4)
-    info = checkpoint.load(tmp_path, model=model2, optimizer=opt2, embeddings=emb,
-                           sparse_optimizers=sparse, loaders=[loader2])
+    info = checkpoint.load(tmp_path, state={"model": model2, "optimizer.0": opt2,
+                                            f"embeddings.{emb.name}": emb,
+                                            "sparse_optimizers.0": sparse, "loaders.0": loader2})
     assert info.step == 3 and info.exact and info.positions == [(0, 3)]
     assert info.extra == {"loss": 1.5} and info.path.endswith(name)
     assert torch.equal(torch.rand(3), rng_after_save)  # torch's RNG as at the save
@@ -99,16 +103,16 @@ def test_everything_comes_back(stores, tmp_path):
 
 def test_keeps_the_newest_versions(tmp_path):
     model, opt = _model(0)
-    names = [checkpoint.save(tmp_path, step=s, model=model, optimizer=opt, keep=2)
+    names = [checkpoint.save(tmp_path, step=s, state={"model": model, "optimizer.0": opt}, keep=2)
              for s in range(4)]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == names[2:]
     assert (tmp_path / files.LATEST).read_text().strip() == names[3]
-    assert checkpoint.load(tmp_path, model=model).step == 3
+    assert checkpoint.load(tmp_path, state={"model": model}).step == 3
 
 
 def test_crash_during_a_save_leaves_the_previous_one(tmp_path, monkeypatch):
     model, opt = _model(0)
-    checkpoint.save(tmp_path, step=1, model=model, optimizer=opt)
+    checkpoint.save(tmp_path, step=1, state={"model": model, "optimizer.0": opt})
     before = [p.detach().clone() for p in model.parameters()]
     _train(model, opt)
 
@@ -116,13 +120,13 @@ def test_crash_during_a_save_leaves_the_previous_one(tmp_path, monkeypatch):
         raise Crash()
     monkeypatch.setattr(files, "write_rank_state", die)
     with pytest.raises(Crash):  # dies after the model files, before publishing
-        checkpoint.save(tmp_path, step=2, model=model, optimizer=opt)
+        checkpoint.save(tmp_path, step=2, state={"model": model, "optimizer.0": opt})
     monkeypatch.undo()
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2  # the half-written one
     fresh, fresh_opt = _model(5)
-    assert checkpoint.load(tmp_path, model=fresh, optimizer=fresh_opt).step == 1
+    assert checkpoint.load(tmp_path, state={"model": fresh, "optimizer.0": fresh_opt}).step == 1
     assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), before))
-    checkpoint.save(tmp_path, step=3, model=model, optimizer=opt, keep=1)
+    checkpoint.save(tmp_path, step=3, state={"model": model, "optimizer.0": opt}, keep=1)
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1  # crashed save removed
 
 
@@ -138,39 +142,40 @@ def _resign(folder) -> None:
 def test_damaged_files_are_named(stores, tmp_path):
     model, opt = _model(0)
     loader = _loader(stores)
-    name = checkpoint.save(tmp_path, step=1, model=model, optimizer=opt, loaders=[loader])
+    name = checkpoint.save(tmp_path, step=1, state={"model": model, "optimizer.0": opt,
+                                                    "loaders.0": loader})
     rank_file = tmp_path / name / files.rank_file(0)
     rank_file.write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match="rank_0.pt"):  # its digest differs
-        checkpoint.load(tmp_path, model=model, loaders=[loader])
+        checkpoint.load(tmp_path, state={"model": model, "loaders.0": loader})
     _resign(tmp_path / name)
     with pytest.raises(CheckpointError, match="rank_0.pt"):  # and it is no torch file
-        checkpoint.load(tmp_path, model=model, loaders=[loader])
+        checkpoint.load(tmp_path, state={"model": model, "loaders.0": loader})
     state = {"rank": 0, "world_size": 1, "torch_rng": torch.get_rng_state(), "stateful": {},
              "loaders": {"loaders.0": {**loader.state_dict(), "batch": -1}}}
     torch.save(state, rank_file)
     _resign(tmp_path / name)
     with pytest.raises(CheckpointError, match="batch"):
-        checkpoint.load(tmp_path, model=model, loaders=[loader])
+        checkpoint.load(tmp_path, state={"model": model, "loaders.0": loader})
     info = tmp_path / name / files.INFO
     info.write_text(json.dumps({**json.loads(info.read_text()), "step": "one"}))
     with pytest.raises(CheckpointError, match="step"):
-        checkpoint.load(tmp_path, model=model)
+        checkpoint.load(tmp_path, state={"model": model})
     (tmp_path / files.LATEST).write_text("../elsewhere\n")
     with pytest.raises(CheckpointError, match="LATEST"):
-        checkpoint.load(tmp_path, model=model)
+        checkpoint.load(tmp_path, state={"model": model})
     loader.close()
 
 
 def test_asking_for_what_is_not_there(tmp_path):
     model, opt = _model(0)
-    checkpoint.save(tmp_path, step=0, model=model)
+    checkpoint.save(tmp_path, step=0, state={"model": model})
     with pytest.raises(CheckpointError, match=r"has no entry 'optimizer\.0' \(it holds "
                                               r"'model' \(module\)\)"):
-        checkpoint.load(tmp_path, model=model, optimizer=opt)
+        checkpoint.load(tmp_path, state={"model": model, "optimizer.0": opt})
     with pytest.raises(ValueError, match="step"):
-        checkpoint.save(tmp_path, step=-1, model=model)
-    with pytest.raises(ValueError, match="extra"):
-        checkpoint.save(tmp_path, step=1, model=model, extra={"x": object()})
+        checkpoint.save(tmp_path, step=-1, state={"model": model})
+    with pytest.raises(TypeError, match=r"state\['extra'\]"):
+        checkpoint.save(tmp_path, step=1, state={"model": model, "extra": {"x": object()}})
     with pytest.raises(ValueError, match="model"):
-        checkpoint.save(tmp_path, step=1, optimizer=opt)
+        checkpoint.save(tmp_path, step=1, state={"optimizer.0": opt})

@@ -51,8 +51,9 @@ def _save(path: Path, name: str = "trust_emb") -> Path:
     sparse = SparseAdam([emb], lr=0.1)
     emb(torch.arange(5)).sum().backward()
     sparse.step()
-    return path / checkpoint.save(path, step=1, model=model, optimizer=opt, embeddings=emb,
-                                  sparse_optimizers=sparse)
+    return path / checkpoint.save(path, step=1, state={"model": model, "optimizer.0": opt,
+                                                       f"embeddings.{emb.name}": emb,
+                                                       "sparse_optimizers.0": sparse})
 
 
 def _resign(folder: Path) -> None:
@@ -76,7 +77,7 @@ def _as_version(folder: Path, version: int) -> None:
 
 def _load_model(path: Path):
     model, opt = _model(1)
-    return checkpoint.load(path, model=model, optimizer=opt)
+    return checkpoint.load(path, state={"model": model, "optimizer.0": opt})
 
 
 def test_metadata_payload_runs_no_code(tmp_path: Path) -> None:
@@ -122,8 +123,10 @@ def test_other_pickled_files_run_no_code(tmp_path: Path, kind: str) -> None:
     emb = DistEmbedding(20, 3, name=f"trust_{kind.replace(' ', '_')}")
     with pytest.raises(CheckpointError, match=file.name):
         model, opt = _model(1)
-        checkpoint.load(tmp_path / "ckpt", model=model, optimizer=opt, embeddings=emb,
-                        sparse_optimizers=SparseAdam([emb], lr=0.1))
+        checkpoint.load(tmp_path / "ckpt", state={"model": model, "optimizer.0": opt,
+                                                  f"embeddings.{emb.name}": emb,
+                                                  "sparse_optimizers.0":
+                                                      SparseAdam([emb], lr=0.1)})
     assert not marker.exists()
 
 
@@ -136,7 +139,7 @@ def test_latest_that_is_a_folder_is_an_error(tmp_path: Path) -> None:
         _load_model(root)
     model, opt = _model(0)
     with pytest.raises(CheckpointError, match="LATEST"):
-        checkpoint.save(root, step=2, model=model, optimizer=opt)
+        checkpoint.save(root, step=2, state={"model": model, "optimizer.0": opt})
 
 
 @pytest.mark.timeout(30)
@@ -205,8 +208,10 @@ def test_a_byte_flipped_in_place_is_detected(tmp_path: Path, pattern: str) -> No
     model, opt = _model(1)
     emb = DistEmbedding(20, 3, name=f"flip_{len(pattern)}")
     with pytest.raises(CheckpointError, match=str(file)):
-        checkpoint.load(tmp_path / "ckpt", model=model, optimizer=opt, embeddings=emb,
-                        sparse_optimizers=SparseAdam([emb], lr=0.1))
+        checkpoint.load(tmp_path / "ckpt", state={"model": model, "optimizer.0": opt,
+                                                  f"embeddings.{emb.name}": emb,
+                                                  "sparse_optimizers.0":
+                                                      SparseAdam([emb], lr=0.1)})
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -43,7 +43,7 @@ def _cache_job(root: str, budget, direct: bool = False) -> dict:
                                       feature_cache=budget)
         cache = sampler.fetcher.cache
         if not budget or direct:
-            return {"cache": cache is None, "direct": sorted(sampler.group.direct)}
+            return {"cache": cache is None, "direct": sampler.direct.parts}
         g = torch.Generator().manual_seed(ctx.rank)
         sets = []
         for t in meta.node_types:
@@ -149,7 +149,7 @@ def _wire_job(root: str, direct: bool) -> dict:
             checks[t] = {"own_exact": torch.equal(got[own], want[own]),
                          "remote_exact": torch.equal(got[~own], want[~own]),
                          "remote_rounded": torch.equal(got[~own], want[~own].bfloat16().float())}
-        return {"checks": checks, "direct_calls": sampler.group.direct_calls,
+        return {"checks": checks, "direct_calls": sampler.direct.calls,
                 "wire_bytes": sampler.fetcher.stats.bytes}
     finally:
         shutdown_rpc()

@@ -43,12 +43,15 @@ def _save_job(root: str, path: str) -> Dict:
         sparse.step()
         if i == 2:
             break
-    checkpoint.save(path, step=3, model=ddp, optimizer=opt, embeddings=emb,
-                    sparse_optimizers=sparse, loaders=[loader], extra={"epoch": 0})
+    checkpoint.save(path, step=3, state={"model": ddp, "optimizer.0": opt,
+                                         f"embeddings.{emb.name}": emb,
+                                         "sparse_optimizers.0": sparse, "loaders.0": loader,
+                                         "extra": {"epoch": 0}})
     try:
-        checkpoint.save(path, step=4, model=ddp, extra={"bad": object()} if ctx.rank else {})
+        checkpoint.save(path, step=4, state={"model": ddp,
+                                             "extra": {"bad": object()} if ctx.rank else {}})
         error = ""
-    except (ValueError, RuntimeError) as exc:
+    except (TypeError, RuntimeError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     out = {"weight": [p.detach().tolist() for p in ddp.parameters()],
            "rows": emb.weight[torch.arange(100)].tolist(), "state": loader.state_dict(),
@@ -61,8 +64,9 @@ def _save_job(root: str, path: str) -> Dict:
 def _load_job(root: str, path: str) -> Dict:
     ctx, data = _open(root)
     ddp, opt, loader, emb, sparse = _objects(ctx, data, 1)
-    info = checkpoint.load(path, model=ddp, optimizer=opt, embeddings=emb,
-                           sparse_optimizers=sparse, loaders=[loader])
+    info = checkpoint.load(path, state={"model": ddp, "optimizer.0": opt,
+                                        f"embeddings.{emb.name}": emb,
+                                        "sparse_optimizers.0": sparse, "loaders.0": loader})
     first = next(iter(loader)).input_id.tolist()
     out = {"weight": [p.detach().tolist() for p in ddp.parameters()],
            "rows": emb.weight[torch.arange(100)].tolist(), "exact": info.exact,
@@ -84,8 +88,9 @@ def _damaged_load_job(root: str, path: str) -> str:
     ctx, data = _open(root)
     ddp, opt, loader, emb, sparse = _objects(ctx, data, 1)
     try:
-        checkpoint.load(path, model=ddp, optimizer=opt, embeddings=emb,
-                        sparse_optimizers=sparse, loaders=[loader])
+        checkpoint.load(path, state={"model": ddp, "optimizer.0": opt,
+                                     f"embeddings.{emb.name}": emb,
+                                     "sparse_optimizers.0": sparse, "loaders.0": loader})
         error = ""
     except (checkpoint.CheckpointError, RuntimeError) as exc:
         error = f"{type(exc).__name__}: {exc}"
@@ -112,7 +117,7 @@ def test_save_on_two_ranks_load_on_two_and_on_one(cora_one_part, tmp_path):
     root, path = str(cora_one_part), str(tmp_path / "ckpt")
     saved = run_ranks(_save_job, 2, root, path, timeout=120)
     assert "rank 1" in saved[0]["error"] and "extra" in saved[0]["error"]
-    assert saved[1]["error"].startswith("ValueError") and "extra" in saved[1]["error"]
+    assert saved[1]["error"].startswith("TypeError") and "extra" in saved[1]["error"]
     assert saved[0]["weight"] == saved[1]["weight"]
 
     two = run_ranks(_load_job, 2, root, path, timeout=120)

@@ -67,7 +67,7 @@ def _sampler_job(root: str, seeds: List[Dict], kwargs: Dict) -> Tuple[list, list
             sub = sampler.group.loop.run(sampler.sample_subgraph(
                 batch, rng=np.random.default_rng([i, ctx.rank])))
             out.append((sub.node, sub.row, sub.col, sub.original_edge, sub.num_sampled_edges))
-        return out, sorted(sampler.group.direct), sampler.group.direct_calls
+        return out, sampler.direct.parts, sampler.direct.calls
     finally:
         shutdown_rpc()
 

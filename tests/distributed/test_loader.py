@@ -191,7 +191,7 @@ def _truth_job(root: str, seeds: Dict, fanout: int) -> Dict:
            "nid": {t: s.nid for t, s in stores.items()},
            "e_id": {t: s.e_id for t, s in edges.items()},
            "oid": {t: s.oid for t, s in edges.items()},
-           "direct": sorted(loader.sampler.group.direct)}
+           "direct": loader.sampler.direct.parts}
     loader.close()
     for kind in ("bidirectional", "induced"):
         loader = DistNeighborLoader(data=data, num_neighbors=[fanout] * 2,

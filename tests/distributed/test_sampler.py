@@ -56,7 +56,7 @@ def _sampling_job(root: str, seeds_per_rank: List[Dict], fanouts: List[int],
                                       **kwargs)
         for seeds in seeds_per_rank[ctx.rank]:
             out.append(_run(sampler, seeds))
-        return out, sorted(sampler.group.direct), sampler.group.direct_calls
+        return out, sampler.direct.parts, sampler.direct.calls
     finally:
         shutdown_rpc()
 

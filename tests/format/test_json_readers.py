@@ -56,7 +56,7 @@ def _metadata(root: Path, tmp: Path):
 
 def _info(root: Path, tmp: Path):
     model = torch.nn.Linear(3, 2)
-    version = checkpoint.save(tmp / "ckpt", step=1, model=model)
+    version = checkpoint.save(tmp / "ckpt", step=1, state={"model": model})
     return tmp / "ckpt" / version / INFO, lambda: Info.read(tmp / "ckpt" / version / INFO), \
         CheckpointError
 

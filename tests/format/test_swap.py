@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_dist.format import files
+from pyg_dist.format import files, renames
 
 
 def _folder(path: Path, text: str) -> Path:
@@ -17,10 +17,10 @@ def _folder(path: Path, text: str) -> Path:
 
 
 def test_exchange_swaps_two_folders(tmp_path):
-    if files._LIBC is None:
+    if renames._LIBC is None:
         pytest.skip("no renameat2 here")
     a, b = _folder(tmp_path / "a", "A"), _folder(tmp_path / "b", "B")
-    assert files.exchange(a, b)
+    assert renames.exchange(a, b)
     assert (a / "f").read_text() == "B" and (b / "f").read_text() == "A"
 
 
@@ -42,7 +42,7 @@ def test_out_is_never_missing_while_it_is_replaced(tmp_path, monkeypatch):
 
 
 def test_without_exchange_the_old_folder_is_moved_aside_and_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(files, "_LIBC", None)
+    monkeypatch.setattr(renames, "_LIBC", None)
     out = _folder(tmp_path / "out", "old")
     with files.atomic_dir(out, overwrite=True) as tmp:
         (tmp / "f").write_text("new")

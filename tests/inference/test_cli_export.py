@@ -43,7 +43,7 @@ def _train(ckpt: str) -> None:
         optimizer.zero_grad()
         ddp(x, edge_index).pow(2).mean().backward()
         optimizer.step()
-    checkpoint.save(ckpt, step=3, model=ddp, optimizer=optimizer)
+    checkpoint.save(ckpt, step=3, state={"model": ddp, "optimizer.0": optimizer})
     # DDP first: a reducer that outlives the process group destroys it holding the GIL,
     # which can deadlock with gloo's threads (the test then hangs at exit)
     del ddp, optimizer
@@ -62,7 +62,7 @@ def trained(cora, tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     run_ranks(_train, 2, str(root / "ckpt"), timeout=400)
     model = _model()
-    assert checkpoint.load(root / "ckpt", model=model).world_size == 2
+    assert checkpoint.load(root / "ckpt", state={"model": model}).world_size == 2
     with torch.no_grad():
         expected = model.eval()(cora.x, cora.edge_index).numpy()
     assert not np.allclose(expected, _model().eval()(cora.x, cora.edge_index).detach().numpy())

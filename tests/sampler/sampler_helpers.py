@@ -36,7 +36,6 @@ class FakeGroup:
         self.tamper = tamper
         self.error = error  # every call fails with it (a dead peer)
         self.calls: List[Tuple[int, FeatureRequest]] = []
-        self.direct: dict = {}  # no partition is read directly here
 
     def route(self, part: int) -> int:
         return part

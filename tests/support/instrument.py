@@ -46,6 +46,7 @@ from pyg_dist import checkpoint, loop
 from pyg_dist.checkpoint import files as checkpoint_files
 from pyg_dist.loader.base import DistLoader
 from pyg_dist.rpc import runtime
+from pyg_dist.sampler import direct
 from pyg_dist.memory import process_memory
 
 PREFIX = "instrument: "
@@ -180,7 +181,7 @@ def patch_shutdown(figures: Figures) -> None:
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         if runtime.is_initialized():
-            figures.direct_parts = sorted(runtime.current().direct)
+            figures.direct_parts = direct.of(runtime.current()).parts
         figures.memory = {k: v for k, v in process_memory().items() if k != "anon_mb"}
         return shutdown(*args, **kwargs)
     pyg_dist.shutdown_rpc = recorded  # type: ignore[assignment]

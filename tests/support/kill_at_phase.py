@@ -95,7 +95,7 @@ def arm_export(phase: str) -> None:
 def arm_files(phase: str, out: Path) -> None:
     """``synced`` and ``renamed``: the atomic publication of
     :mod:`pyg_dist.format.files`, whichever way it renames."""
-    from pyg_dist.format import files
+    from pyg_dist.format import files, renames
 
     if phase == "synced":
         files.sync_tree = after(files.sync_tree, phase)
@@ -104,9 +104,9 @@ def arm_files(phase: str, out: Path) -> None:
             return out in (Path(src).absolute(), Path(dst).absolute())
         os.replace = after(os.replace, phase, moves_out)
         os.rename = after(os.rename, phase, moves_out)
-        libc = getattr(files, "_LIBC", None)
+        libc = getattr(renames, "_LIBC", None)
         if libc is not None:  # renameat2(RENAME_EXCHANGE), called through ctypes
-            files._LIBC = Exchange(libc, out)
+            renames._LIBC = Exchange(libc, out)
 
 
 class Exchange:

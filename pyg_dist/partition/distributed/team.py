@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, TypeVar
 
-from pyg_dist.format import files, io, leftovers
+from pyg_dist.format import files, io, leftovers, renames
 from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.partition.distributed.comm import ArrayComm
 from pyg_dist.rpc.agreement import DisagreementError, PeerFailedError
@@ -94,7 +94,7 @@ class RankTeam:
             error = exc
         comm.check("gathering the partitions", error)
         if leaders[comm.rank] == comm.rank:
-            files.swap_in(tmp, root)
+            renames.swap_in(tmp, root)
         comm.check("renaming the output folder", None)
 
     def visible(self, folders: List[str], token: str) -> List[int]:
