@@ -21,6 +21,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.sampler.hop_state import edge_index
 from pyg_dist.sampler.types import (FeatureResponse, LinkSeeds, NodeSeeds, SampledBatch,
                                     SampledSubgraph)
 from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
@@ -70,7 +71,7 @@ def _subgraph(sub: SampledSubgraph, feats: FeatureResponse, meta: PartitionMeta,
             store.num_sampled_nodes = sub.num_sampled_nodes[node_type]
     for edge_type in meta.edge_types:
         store = data[edge_type]
-        store.edge_index = torch.stack([sub.row[edge_type], sub.col[edge_type]])
+        store.edge_index = edge_index(sub.row[edge_type], sub.col[edge_type])
         if edge_type in sub.num_sampled_edges:
             store.num_sampled_edges = sub.num_sampled_edges[edge_type]
         if edge_type not in sub.edge:  # subgraph_type="bidirectional" (hetero): as PyG,

@@ -18,8 +18,8 @@ and the row-copy kernel itself refuses any copy that would leave its tensors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -27,22 +27,21 @@ from torch import Tensor
 
 from pyg_dist.format.book import RangeBook
 from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.rpc.routing import fan_out
 from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.sampler.buffers import OutputPool
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
 from pyg_dist.sampler.checks import (RowLayout, check_direct_rows,
                                     check_feature_response, check_index)
+from pyg_dist.sampler.fetch_jobs import (Group, Job, Pending, Share, dedupe, layouts,
+                                        owner_shares, cut_share)
 from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.madvise import empty_large
 from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler.node_index import NodeIndex
-from pyg_dist.sampler.rows import Rows, place, place_cast
+from pyg_dist.sampler.rows import place, place_cast
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
 from pyg_dist.sampler.wire import WireSpec, plan
 from pyg_dist.sampler import direct, timing
 from pyg_dist.typing import EdgeType, NodeType
-
-Group = Union[NodeType, EdgeType]
 
 
 @dataclass
@@ -65,71 +64,6 @@ class FetchStats:
         out = FetchStats(self.responses, self.rows, self.bytes)
         self.responses = self.rows = self.bytes = 0
         return out
-
-
-@dataclass
-class _Share:
-    """The ids of one request owned by one partition, and the output rows they fill."""
-    part: int
-    ids: Tensor
-    rows: Rows
-
-
-@dataclass
-class _Job:
-    """One node or edge type to fetch: which ids, from where, into which outputs."""
-    kind: str                   # "nodes" or "edges"
-    group: Group
-    attrs: List[str]
-    shares: List[_Share]
-    num_rows: int               # rows fetched (unique ids when deduplicated)
-    inverse: Optional[Tensor]   # output row i = fetched row inverse[i] (None: identity)
-    out: Dict[str, Tensor] = field(default_factory=dict)
-    cached: Optional[Tuple[Tensor, Tensor]] = None  # (output rows, cache rows) served here
-
-
-@dataclass
-class _Pending:
-    """One request in flight: the rank it went to, what it asked, and where rows go."""
-    rank: int
-    request: FeatureRequest
-    pieces: List[Tuple[_Job, _Share]]
-    future: object
-    wired: bool = False  # some attributes asked in their wire type
-
-
-def _dedupe(ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
-    """Distinct ids in order of first appearance, and the inverse (``None`` if the ids
-    were already distinct)."""
-    index = NodeIndex(ids.numel())
-    inverse = index.insert(ids)
-    if len(index) == ids.numel():
-        return ids, None
-    return index.keys, inverse
-
-
-def _shares(ids: Tensor, book: RangeBook) -> List[_Share]:
-    """Splits ``ids`` by owner (raises if an id is outside the book)."""
-    if ids.numel() == 0:
-        return []
-    owners = split_by_owner(ids, book.offsets, book.name)
-    if len(owners) == 1:  # all rows in order: the output rows are a range
-        return [_Share(owners[0][0], ids, (0, ids.numel()))]
-    return [_Share(part, ids[pos], pos) for part, pos in owners]
-
-
-def _split(share: _Share, rows_per_piece: int) -> List[_Share]:
-    """Cuts a share into pieces of at most ``rows_per_piece`` rows."""
-    n = share.ids.numel()
-    if n <= rows_per_piece:
-        return [share]
-    out = []
-    for lo in range(0, n, rows_per_piece):
-        hi = min(lo + rows_per_piece, n)
-        rows = ((share.rows[0] + lo, share.rows[0] + hi) if isinstance(share.rows, tuple)
-                else share.rows[lo:hi])
-        out.append(_Share(share.part, share.ids[lo:hi], rows))
-    return out
 
 
 class FeatureFetcher:
@@ -178,6 +112,8 @@ class FeatureFetcher:
         self.cache: Optional[FeatureCache] = None  # see build_cache()
         self.wire = plan(wire_dtype, self.node_attrs, self.edge_attrs, self._attr_layout)
         self.stats = FetchStats()
+        #: output buffers reused once the batch they went out in is gone
+        self.outputs = OutputPool()
 
     def build_cache(self, budget: Budget, skip_parts: Tuple[int, ...] = ()) -> Optional[FeatureCache]:
         """Fills :attr:`cache` with the most referenced remote node rows within
@@ -222,8 +158,7 @@ class FeatureFetcher:
             every_type: also answer, with zero rows, the types not asked (as PyG's
                 loaders give every attribute of a type nothing was sampled of).
         """
-        times, start = timing.current(), timing.now_ns()
-        here_ns = (times.fetch_own_ns + times.fetch_direct_ns) if times is not None else 0
+        clock = timing.FetchClock()
         if every_type:
             none = torch.empty(0, dtype=torch.long)
             nodes = {**{t: none for t in self.node_attrs}, **nodes}
@@ -233,77 +168,80 @@ class FeatureFetcher:
         jobs += [self._job("edges", t, ids, unique) for t, ids in edges.items()
                  if self.edge_attrs.get(t)]
         pending = self._send(jobs, wire)  # remote first, then local rows while they fly
-        layouts: Dict[Tuple[str, Group, str], RowLayout] = {}
-        wired: Dict[Tuple[str, Group, str], RowLayout] = {}  # as sent in another type
+        expected: Dict[bool, Dict[Tuple[str, Group, str], RowLayout]] = {}
 
         def local() -> None:
             for job in jobs:
-                self._allocate(job)
-                for share in job.shares:
-                    if share.part == self.group.part or share.part in self.direct:
-                        self._gather_here(job, share, times)
-                if job.cached is not None and self.cache is not None:
-                    for attr in job.attrs:
-                        place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
-                              job.cached[1])
-                    if times is not None:
-                        n = job.cached[0].numel()
-                        times.add_rows("cached", n, n * self._row_bytes(job))
-            layouts.update(_layouts(jobs))
-            wired.update(layouts)
-            for (kind, group), attrs in self.wire.items():
-                for attr, name in attrs.items():
-                    if (kind, group, attr) in wired:
-                        shape = wired[(kind, group, attr)].shape
-                        wired[(kind, group, attr)] = RowLayout(shape, getattr(torch, name))
-            remote_start[0] = timing.now_ns()
+                self._fetch_here(job, clock.times)
+            expected[False] = layouts(jobs)
+            expected[True] = self._wired(expected[False])  # as sent in a wire type
+            clock.remote()
 
-        def arrived(sent: _Pending, response: FeatureResponse) -> None:
-            check_feature_response(sent.request, response,
-                                   wired if sent.wired else layouts,
+        def arrived(sent: Pending, response: FeatureResponse) -> None:
+            check_feature_response(sent.request, response, expected[sent.wired],
                                    self.group.describe(sent.rank))
             for job, share in sent.pieces:
                 got = getattr(response, job.kind)[job.group]
                 for attr in job.attrs:
                     place_cast(job.out[attr], share.rows, got[attr])
-                if times is not None:
-                    times.add_rows("remote", share.ids.numel(), sum(
-                        got[a].numel() * got[a].element_size() for a in job.attrs))
+                timing.count_rows(clock.times, "remote", share.ids.numel(), sum(
+                    got[a].numel() * got[a].element_size() for a in job.attrs))
             self.stats.count(response)
 
-        remote_start = [start]
         await fan_out([(p, p.future) for p in pending], local, arrived)
-        remote_end = timing.lap(times, "fetch_remote", remote_start[0])
+        clock.replies_in()
         result = self._result(jobs)
-        if times is not None:  # the rest: ids deduplicated and split, outputs, requests
-            here_ns = times.fetch_own_ns + times.fetch_direct_ns - here_ns
-            times.fetch_other_ns += timing.now_ns() - start - here_ns - (
-                remote_end - remote_start[0])
+        clock.finish()
         return result
 
-    def _job(self, kind: str, group: Group, ids: Tensor, unique: bool) -> _Job:
+    def _fetch_here(self, job: Job, times: Optional[timing.BatchTimes]) -> None:
+        """Allocates ``job``'s outputs and fills the rows read in this process: its own
+        partition's, those of partitions read directly, and the feature cache's."""
+        self._allocate(job)
+        for share in job.shares:
+            if share.part == self.group.part or share.part in self.direct:
+                self._gather_here(job, share, times)
+        if job.cached is not None and self.cache is not None:
+            for attr in job.attrs:
+                place(job.out[attr], job.cached[0], self.cache.rows[job.group][attr],
+                      job.cached[1])
+            n = job.cached[0].numel()
+            timing.count_rows(times, "cached", n, n * self._row_bytes(job))
+
+    def _wired(self, expected: Dict[Tuple[str, Group, str], RowLayout]
+               ) -> Dict[Tuple[str, Group, str], RowLayout]:
+        """``expected`` with the attributes peers send in a wire type in that type."""
+        wired = dict(expected)
+        for (kind, group), attrs in self.wire.items():
+            for attr, name in attrs.items():
+                if (kind, group, attr) in wired:
+                    shape = wired[(kind, group, attr)].shape
+                    wired[(kind, group, attr)] = RowLayout(shape, getattr(torch, name))
+        return wired
+
+    def _job(self, kind: str, group: Group, ids: Tensor, unique: bool) -> Job:
         book = self._books[group]
         ids = torch.as_tensor(ids).long()
         book.check(ids)
         inverse = None
         if unique:
-            ids, inverse = _dedupe(ids)
+            ids, inverse = dedupe(ids)
         attrs = list((self.node_attrs if kind == "nodes" else self.edge_attrs)[group])
         cache = self.cache
         if kind != "nodes" or cache is None or not cache.covers(group, attrs):
-            return _Job(kind, group, attrs, _shares(ids, book), ids.numel(), inverse)
+            return Job(kind, group, attrs, owner_shares(ids, book), ids.numel(), inverse)
         hit_rows, cache_rows = cache.lookup(group, ids)
         miss = torch.ones(ids.numel(), dtype=torch.bool)
         miss[hit_rows] = False
         miss_rows = torch.nonzero(miss).view(-1)
-        shares = [_Share(s.part, s.ids, miss_rows[s.rows[0]:s.rows[1]] if isinstance(s.rows, tuple)
-                         else miss_rows[s.rows]) for s in _shares(ids[miss_rows], book)]
+        shares = [Share(s.part, s.ids, miss_rows[s.rows[0]:s.rows[1]] if isinstance(s.rows, tuple)
+                         else miss_rows[s.rows]) for s in owner_shares(ids[miss_rows], book)]
         remote = sum(s.ids.numel() for s in shares if s.part != self.group.part)
         cache.count(group, hit_rows.numel(), remote)
-        return _Job(kind, group, attrs, shares, ids.numel(), inverse,
+        return Job(kind, group, attrs, shares, ids.numel(), inverse,
                     cached=(hit_rows, cache_rows) if hit_rows.numel() else None)
 
-    def _layout(self, job: _Job, attr: str) -> Tuple[Tuple[int, ...], torch.dtype]:
+    def _layout(self, job: Job, attr: str) -> Tuple[Tuple[int, ...], torch.dtype]:
         return self._attr_layout(job.kind, job.group, attr)
 
     def _attr_layout(self, kind: str, group: Group, attr: str
@@ -326,15 +264,16 @@ class FeatureFetcher:
             total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return max(total, 1)
 
-    def _row_bytes(self, job: _Job) -> int:
+    def _row_bytes(self, job: Job) -> int:
         return self._bytes_per_row(job.kind, job.group, job.attrs)
 
-    def _allocate(self, job: _Job) -> None:
+    def _allocate(self, job: Job) -> None:
         for attr in job.attrs:
             shape, dtype = self._layout(job, attr)
-            job.out[attr] = empty_large((job.num_rows, *shape), dtype)
+            job.out[attr] = self.outputs.empty((job.kind, job.group, attr), job.num_rows,
+                                               shape, dtype)
 
-    def _gather_here(self, job: _Job, share: _Share,
+    def _gather_here(self, job: Job, share: Share,
                      times: Optional[timing.BatchTimes] = None) -> None:
         """Rows of this process's partition, or of one read directly on this machine
         (what its owner would send, from this process's mapping of the same files),
@@ -354,12 +293,11 @@ class FeatureFetcher:
                                   self.group.describe(self.group.route(share.part)),
                                   job.group, attr, ids=attr == ID_ATTR)
             place(job.out[attr], share.rows, column, rows, src_rows_below=below)
-        if times is not None:
-            source = "own" if own else "direct"
-            timing.lap(times, f"fetch_{source}", start)
-            times.add_rows(source, rows.numel(), rows.numel() * self._row_bytes(job))
+        source = "own" if own else "direct"
+        timing.lap(times, f"fetch_{source}", start)
+        timing.count_rows(times, source, rows.numel(), rows.numel() * self._row_bytes(job))
 
-    def _send(self, jobs: List[_Job], wire: bool = True) -> List[_Pending]:
+    def _send(self, jobs: List[Job], wire: bool = True) -> List[Pending]:
         """Issues every remote request; returns them with their futures."""
         pending = []
         for part, pieces in self._pack(jobs).items():
@@ -375,13 +313,13 @@ class FeatureFetcher:
                         getattr(req, f"{prefix}_wire")[job.group] = dict(cast)
                 rank = self.group.route(part)
                 fut = self.group.call_async(rank, "sampler.features", req)
-                pending.append(_Pending(rank, req, batch, fut, wired))
+                pending.append(Pending(rank, req, batch, fut, wired))
         return pending
 
-    def _pack(self, jobs: List[_Job]) -> Dict[int, List[List[Tuple[_Job, _Share]]]]:
+    def _pack(self, jobs: List[Job]) -> Dict[int, List[List[Tuple[Job, Share]]]]:
         """Pieces of remote partitions (not read here), packed into requests of bounded
         response size (each type at most once per request)."""
-        packed: Dict[int, List[List[Tuple[_Job, _Share]]]] = {}
+        packed: Dict[int, List[List[Tuple[Job, Share]]]] = {}
         used: Dict[int, int] = {}
         for job in jobs:
             row_bytes = self._row_bytes(job)
@@ -389,7 +327,7 @@ class FeatureFetcher:
             for share in job.shares:
                 if share.part == self.group.part or share.part in self.direct:
                     continue
-                for piece in _split(share, per_piece):
+                for piece in cut_share(share, per_piece):
                     size = piece.ids.numel() * row_bytes
                     reqs = packed.setdefault(piece.part, [[]])
                     if reqs[-1] and (used[piece.part] + size > self.max_rpc_bytes
@@ -400,7 +338,7 @@ class FeatureFetcher:
                     used[piece.part] = used.get(piece.part, 0) + size
         return packed
 
-    def _result(self, jobs: List[_Job]) -> FeatureResponse:
+    def _result(self, jobs: List[Job]) -> FeatureResponse:
         out = FeatureResponse()
         for job in jobs:
             values = job.out
@@ -408,9 +346,3 @@ class FeatureFetcher:
                 values = {a: v.index_select(0, job.inverse) for a, v in values.items()}
             getattr(out, job.kind)[job.group] = values
         return out
-
-
-def _layouts(jobs: List[_Job]) -> Dict[Tuple[str, Group, str], RowLayout]:
-    """Row shape and dtype of every attribute fetched (as allocated for the output)."""
-    return {(job.kind, job.group, attr): RowLayout(tuple(out.shape[1:]), out.dtype)
-            for job in jobs for attr, out in job.out.items()}

@@ -7,7 +7,7 @@ encoded as ``subtree << 40 | id`` so one hash map per node type serves both mode
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -234,9 +234,10 @@ class HopState:
             return torch.cat(parts[t]) if t in parts else empty
 
         hops = self.hops_done
+        pairs = {t: _edge_pair(self.rows.get(t), self.cols.get(t)) for t in edge_types}
         return SampledSubgraph(
-            node=node, row={t: cat(self.rows, t) for t in edge_types},
-            col={t: cat(self.cols, t) for t in edge_types},
+            node=node, row={t: pair[0] for t, pair in pairs.items()},
+            col={t: pair[1] for t, pair in pairs.items()},
             edge={t: cat(self.eids, t) for t in edge_types}, batch=batch,
             num_sampled_nodes=dict(self.num_nodes),
             num_sampled_edges={t: self.num_edges.get(t, [0] * hops) for t in edge_types},
@@ -247,6 +248,31 @@ class HopState:
             self.edge_hints[t] = column.peak + column.peak // 8
         return {t: self.original[t].result() if t in self.original
                 else torch.empty(0, dtype=torch.long) for t in edge_types}
+
+
+def _edge_pair(rows: Optional[List[Tensor]], cols: Optional[List[Tensor]]
+               ) -> Tuple[Tensor, Tensor]:
+    """The rows and columns of an edge type's pieces, concatenated into the two rows of
+    one ``[2, E]`` tensor (:func:`edge_index` gives it back without a copy)."""
+    if not rows:
+        empty = torch.empty(0, dtype=torch.long)
+        return empty, empty
+    both = torch.empty(2, sum(r.numel() for r in rows), dtype=torch.long)
+    torch.cat(rows, out=both[0])
+    torch.cat(cols, out=both[1])
+    return both[0], both[1]
+
+
+def edge_index(row: Tensor, col: Tensor) -> Tensor:
+    """``torch.stack([row, col])``, without a copy when ``row`` and ``col`` are the two
+    rows of one ``[2, E]`` tensor (as :meth:`HopState.output` makes them)."""
+    base = row._base
+    if base is not None and col._base is base and base.dim() == 2 and \
+            base.shape == (2, row.numel()) and base.is_contiguous() and \
+            row.data_ptr() == base.data_ptr() and \
+            col.data_ptr() == base.data_ptr() + row.numel() * base.element_size():
+        return base
+    return torch.stack([row, col])
 
 
 def _subtree_time(seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:

@@ -31,6 +31,7 @@ from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.link import sample_links
+from pyg_dist.sampler.options import check_attr, check_time
 from pyg_dist.sampler.node_index import NodeIndexPool
 from pyg_dist.sampler.repeats import first_occurrences, restore_repeats
 from pyg_dist.sampler.serving import serving_group
@@ -40,7 +41,7 @@ from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.ids import check_ids
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
+from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType
 
 log = logging.getLogger("pyg_dist")
 
@@ -165,9 +166,9 @@ class DistNeighborSampler(BaseSampler):
             time_attr=time_attr, weight_attr=weight_attr,
             subgraph_type=str(getattr(subgraph_type, "value", subgraph_type)),
             sampling_strategy=sampling_strategy, layer_dependency=layer_dependency)
-        _check_attr(meta, time_attr, "time_attr", nodes=True)
-        _check_time(meta, time_attr)
-        _check_attr(meta, weight_attr, "weight_attr", nodes=False)
+        check_attr(meta, time_attr, "time_attr", nodes=True)
+        check_time(meta, time_attr)
+        check_attr(meta, weight_attr, "weight_attr", nodes=False)
         return config
 
     @property
@@ -197,28 +198,26 @@ class DistNeighborSampler(BaseSampler):
             seed_time = await self._node_time(seeds)
         fan = max(max(f) for f in self.config.num_neighbors.values())
         hint = sum(s.numel() for s in seeds.values()) * (1 + max(fan, 1)) ** min(self.num_hops, 2)
-        times, start = timing.current(), timing.now_ns()
+        laps = timing.Laps(hops=self.num_hops)
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
                          original_eids=self.original_ids, edge_hints=self._edge_hints,
                          pool=self._indexes)
-        start = timing.lap(times, "dedupe", start)  # the hash tables
+        laps("dedupe")  # the hash tables
         for hop in range(self.num_hops):
             plan = self._plan(hop, state, rng, labor_seed)
             responses = await self.run_hop(plan, state)
-            start = timing.lap(times, "sample", start)
+            laps("sample")
             hop_round.merge(self.group, self.meta, state, plan, responses)
-            start = timing.lap(times, "dedupe", start)
+            laps("dedupe")
         sub, kind = state.output(list(self.meta.edge_types)), self.config.subgraph_type
         state.release()
-        start = timing.lap(times, "dedupe", start)
-        if times is not None:
-            times.hops += self.num_hops
+        laps("dedupe")
         if kind == "induced":
             sub = await induce(self, sub)
         elif kind == "bidirectional":
             sub = bidirectional(sub, self.is_hetero)
-        timing.lap(times, "sample", start)
+        laps("sample")
         return sub
 
     def _plan(self, hop: int, state: HopState, rng: np.random.Generator,
@@ -237,12 +236,13 @@ class DistNeighborSampler(BaseSampler):
             for part, pos in self.by_owner(edge_type[2], front.ids):
                 req, where = plan.setdefault(
                     part, (self._request(rng_seed + 7919 * part, labor_seed), []))
+                whole = pos.numel() == front.ids.numel()  # one owner: no copies
                 req.edge_types.append(edge_type)
-                req.seeds.append(front.ids[pos])
+                req.seeds.append(_at(front.ids, pos, whole))
                 req.fanouts.append(fanout)
-                req.seed_time.append(front.time[pos] if front.time is not None else None)
-                where.append((edge_type, front.local[pos],
-                              front.batch[pos] if front.batch is not None else None))
+                req.seed_time.append(_at(front.time, pos, whole))
+                where.append((edge_type, _at(front.local, pos, whole),
+                              _at(front.batch, pos, whole)))
         return plan
 
     def _request(self, rng_seed: int, labor_seed: Optional[int] = None) -> HopRequest:
@@ -387,6 +387,11 @@ def pyg_metadata(seeds: Union[NodeSeeds, LinkSeeds]) -> tuple:
     return (seeds.input_id, seeds.edge_label_index, seeds.edge_label, seeds.edge_label_time)
 
 
+def _at(values: Optional[Tensor], pos: Tensor, whole: bool) -> Optional[Tensor]:
+    """``values[pos]`` (``values`` itself when ``pos`` is every position in order)."""
+    return values if values is None or whole else values[pos]
+
+
 def unpack_stores(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
     if (not isinstance(data, (tuple, list)) or len(data) != 2
             or not isinstance(data[0], LocalFeatureStore)
@@ -399,29 +404,3 @@ def unpack_stores(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
                          "opened with from_partition (write one with Partitioner, one "
                          "partition for one machine)")
     return data[0], data[1]
-
-
-def _check_attr(meta, attr: Optional[str], what: str, nodes: bool) -> None:
-    """``attr`` must be stored for at least one edge type (or node type if ``nodes``)."""
-    if attr is None:
-        return
-    found = any(attr in a for a in meta.edge_attrs.values())
-    found = found or (nodes and any(attr in a for a in meta.node_attrs.values()))
-    if not found:
-        where = "node or edge" if nodes else "edge"
-        raise ValueError(f"{what}='{attr}' is not a stored {where} attribute of this graph")
-
-
-def _check_time(meta, attr: Optional[str]) -> None:
-    """Every stored ``attr`` must hold one integer time per node (edge), as PyG's
-    temporal sampling needs: checked on ``META.json``, so every rank refuses alike."""
-    if attr is None:
-        return
-    specs = [(f"node type '{t}'", a[attr]) for t, a in meta.node_attrs.items() if attr in a]
-    specs += [(f"edge type {edge_key(t)!r}", a[attr]) for t, a in meta.edge_attrs.items()
-              if attr in a]
-    for where, spec in specs:
-        if not spec.dtype.startswith(("int", "uint")) or tuple(spec.shape) not in ((), (1,)):
-            raise ValueError(f"time_attr='{attr}' must hold one integer time per node or "
-                             f"edge: {where} stores {spec.dtype} rows of shape "
-                             f"{list(spec.shape)}")

@@ -94,6 +94,61 @@ def lap(times: Optional[BatchTimes], stage: str, start: int) -> int:
     return end
 
 
+class Laps:
+    """Back-to-back stages of the current batch's record (if any): each call adds the
+    time since the previous one (or since this was made) to a stage.
+
+    Args:
+        hops (int): hops this part of the batch runs (added to the record's ``hops``).
+    """
+
+    def __init__(self, hops: int = 0) -> None:
+        self.times, self.last = current(), now_ns()
+        if self.times is not None:
+            self.times.hops += hops
+
+    def __call__(self, stage: str) -> None:
+        self.last = lap(self.times, stage, self.last)
+
+
+def count_rows(times: Optional[BatchTimes], source: str, rows: int, nbytes: int) -> None:
+    """:meth:`BatchTimes.add_rows` when a record is kept."""
+    if times is not None:
+        times.add_rows(source, rows, nbytes)
+
+
+class FetchClock:
+    """Splits one feature fetch's time into its stages, around what the fetch itself
+    laps (``fetch_own``/``fetch_direct``, per share read here): :meth:`remote` when the
+    rows read here are in (peers' replies are awaited from then on), :meth:`replies_in`
+    when every reply is placed (``fetch_remote``), :meth:`finish` at the end: the rest
+    of the fetch is ``fetch_other``."""
+
+    def __init__(self) -> None:
+        self.times = current()
+        self.start = self.remote_start = self.remote_end = now_ns()
+        self._here = self._here_ns()
+
+    def _here_ns(self) -> int:
+        t = self.times
+        return t.fetch_own_ns + t.fetch_direct_ns if t is not None else 0
+
+    def remote(self) -> None:
+        """The rows read here are in; what follows waits for peers."""
+        self.remote_start = now_ns()
+
+    def replies_in(self) -> None:
+        """Every peer's rows are placed."""
+        self.remote_end = lap(self.times, "fetch_remote", self.remote_start)
+
+    def finish(self) -> None:
+        """The fetch is done: the time not lapped otherwise goes to ``fetch_other``."""
+        if self.times is not None:
+            here = self._here_ns() - self._here
+            self.times.fetch_other_ns += now_ns() - self.start - here - (
+                self.remote_end - self.remote_start)
+
+
 #: the names of :class:`BatchTimes`' figures, in order
 FIELDS: Tuple[str, ...] = tuple(f.name for f in fields(BatchTimes))
 

@@ -8,7 +8,8 @@ import torch
 from sampler_helpers import small_hetero
 
 from pyg_dist.sampler.checks import RemoteResponseError
-from pyg_dist.sampler.features import FeatureFetcher, _shares
+from pyg_dist.sampler.features import FeatureFetcher
+from pyg_dist.sampler.fetch_jobs import owner_shares
 from pyg_dist.sampler.rows import place as _place
 
 ORIGINAL = small_hetero()  # the unpartitioned graph (partitioned by the fixture)
@@ -222,7 +223,7 @@ def test_shares_reject_ids_outside_the_book(hetero_parted):
     for bad in (book.total, 10**12, -1):
         ids = torch.tensor([0, book.start(1), bad])
         with pytest.raises(ValueError, match="out of range"):
-            _shares(ids, book)
+            owner_shares(ids, book)
 
 
 @pytest.mark.parametrize("failure", ["dead peer", "bad response"])

@@ -160,3 +160,24 @@ def test_hops_run_here_draw_one_after_another_into_the_batch():
             assert first.data_ptr() == column.data.data_ptr()
             assert pieces[1][1].values.data_ptr() == column.data[first.numel():].data_ptr()
         assert state.spares(request)[0].data_ptr() == column.data[column.size:].data_ptr()
+
+
+def test_output_edges_form_one_edge_index_without_a_copy():
+    from pyg_dist.sampler.hop_state import edge_index
+
+    state = HopState({"n": torch.tensor([0, 1])}, disjoint=False)
+    state.add_edges(("n", "e", "n"), torch.tensor([0, 0, 1]), torch.tensor([5, 6, 5]),
+                    torch.tensor([10, 11, 12]), None)
+    state.add_edges(("n", "e", "n"), torch.tensor([1]), torch.tensor([7]),
+                    torch.tensor([13]), None)
+    state.end_hop({("n", "e", "n"): 4})
+    sub = state.output([("n", "e", "n"), ("n", "f", "n")])
+    row, col = sub.row[("n", "e", "n")], sub.col[("n", "e", "n")]
+    both = edge_index(row, col)
+    assert torch.equal(both, torch.stack([row, col]))
+    assert both.data_ptr() == row.data_ptr()  # no copy
+    assert torch.equal(col, torch.tensor([0, 0, 1, 1]))
+    assert edge_index(sub.row[("n", "f", "n")], sub.col[("n", "f", "n")]).shape == (2, 0)
+    other = torch.tensor([9, 8, 7, 6])  # separate tensors are stacked
+    assert torch.equal(edge_index(row, other), torch.stack([row, other]))
+    assert torch.equal(edge_index(col, row), torch.stack([col, row]))
