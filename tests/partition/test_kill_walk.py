@@ -158,16 +158,14 @@ def test_partition_cli_out_of_core_killed_at_each_phase(tmp_path: Path, chunks: 
          {0: ONE_PROCESS[:3] + ["copy_rows"] + ONE_PROCESS[3:]}, out)
 
 
-@pytest.mark.serial  # 38 runs of 2 ranks
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1200)  # 38 runs of 2 ranks (forked: no wall-clock bound, not serial)
 def test_partition_cli_two_ranks_killed_at_each_phase(tmp_path: Path, chunks: Path) -> None:
     out = tmp_path / "out"
     source = ["--input", str(chunks), "--memory-budget", "4MB"]
     walk(cli(source, out, 2), cli(source, out, 1), 2, RANKS, out, fresh=False)
 
 
-@pytest.mark.serial  # 16 runs of 2 ranks
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # 16 runs of 2 ranks
 def test_export_two_ranks_killed_at_each_phase(tmp_path: Path) -> None:
     parts = tmp_path / "parts"
     code, text = run(cli(SYNTHETIC, parts, 0), 1)
