@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 cores, many workers
 
@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     file's tests kept together and in order: under ``pytest -n N --dist loadfile``
     (scripts/test.sh) the long files then start first and the quick ones fill the gaps,
     instead of a long file with few tests (a kill walk) starting last."""
-    cost: dict = {}
+    cost: Dict[Path, float] = {}
     for item in items:
         cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
     items.sort(key=lambda item: -cost[item.path])  # stable: keeps the order within
