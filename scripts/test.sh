@@ -5,15 +5,18 @@
 #   bash scripts/test.sh -m "not multiprocess"   # the inner loop: one process per test
 #   bash scripts/test.sh tests/loader -n 0       # any pytest arguments (-n 0: no workers)
 #
-# With no arguments: the one-process tests on PYG_DIST_TEST_WORKERS pytest-xdist workers
-# (default 2, a whole file per worker: --dist loadfile builds a file's module fixtures
-# once), then the `multiprocess` tests, also two files at a time (their processes are
-# forked from a warm fork server, pyg_dist.testing), and beside them, one at a time,
-# those marked `serial` (wall-clock bounds, or real torchrun jobs of 5+ fresh
-# interpreters; their output is printed when they end); then, while the serial ones
-# finish, the tests that touch PyG's API again against the oldest torch_geometric
-# pyproject.toml allows (2.6), installed beside the venv's. With arguments: pytest on the
-# workers.
+# With no arguments, two tracks side by side. One compiles pyg_dist's numba kernels
+# once into their on-disk cache (a clean clone has none: every fork server and trainer
+# would compile them, ~1 min of CPU each), then runs one at a time the tests marked
+# `serial` (wall-clock bounds, or real torchrun jobs of 5+ fresh interpreters: mostly
+# waiting; their output is printed when they end). The other runs the one-process tests on
+# PYG_DIST_TEST_WORKERS pytest-xdist workers (default 2, a whole file per worker:
+# --dist loadfile builds a file's module fixtures once), then the `multiprocess` tests,
+# also two files at a time (their processes are forked from a warm fork server,
+# pyg_dist.testing), then the tests that touch PyG's API again against the oldest
+# torch_geometric pyproject.toml allows (2.6), installed beside the venv's. The
+# multiprocess passes collect only the files that mention the marker. With arguments:
+# pytest on the workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
@@ -31,7 +34,18 @@ fi
 if [ "$#" -gt 0 ]; then
   exec python -m pytest -q "${PARALLEL[@]}" "$@"
 fi
-python -m pytest -q "${PARALLEL[@]}" -m "not multiprocess"
+# the files that can hold multiprocess tests (a marker is spelled out where it is set)
+mapfile -t MP_FILES < <(grep -rlw --include='test_*.py' multiprocess tests | sort)
+
+SERIAL_LOG="$(mktemp "${TMPDIR:-/tmp}/pyg_dist-serial.XXXXXX")"
+# the kernels are compiled while the one-process pass collects its tests
+(python -c "import pyg_dist.loader.preload" \
+  && exec python -m pytest -q --durations=10 -m "multiprocess and serial" "${MP_FILES[@]}") \
+  >"$SERIAL_LOG" 2>&1 &
+SERIAL_PID=$!
+trap 'kill "$SERIAL_PID" 2>/dev/null || true; rm -f "$SERIAL_LOG"' EXIT
+failed=0
+python -m pytest -q "${PARALLEL[@]}" -m "not multiprocess" || failed=1
 
 compat_pass() {
   OLDEST_PYG="2.6.1"
@@ -57,13 +71,8 @@ compat_pass() {
     "${PARALLEL[@]}" "${COMPAT_TESTS[@]}"
 }
 
-SERIAL_LOG="$(mktemp "${TMPDIR:-/tmp}/pyg_dist-serial.XXXXXX")"
-python -m pytest -q --durations=10 -m "multiprocess and serial" >"$SERIAL_LOG" 2>&1 &
-SERIAL_PID=$!
-trap 'kill "$SERIAL_PID" 2>/dev/null || true; rm -f "$SERIAL_LOG"' EXIT
-failed=0
 python -m pytest -q --durations=15 "${PARALLEL[@]}" -m "multiprocess and not serial" \
-  || failed=1
+  "${MP_FILES[@]}" || failed=1
 # while the serial tests finish (the last of them mostly wait on timeouts)
 compat_pass || failed=1
 wait "$SERIAL_PID" || failed=1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 cores, many workers
 
@@ -51,18 +51,35 @@ GUARD = SpawnGuard()
 
 def pytest_configure(config: pytest.Config) -> None:
     GUARD.install()
+    # pytest-xdist (3.6+) would reorder files by their number of tests; keep the order
+    # pytest_collection_modifyitems gives (the longest files first)
+    if getattr(config.option, "loadscopereorder", None) is not None:
+        config.option.loadscopereorder = False
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     GUARD.uninstall()
 
 
+def _cost(item: pytest.Item) -> float:
+    """A test's expected cost, for ordering: a ``multiprocess`` test's timeout (each is
+    sized to what the test takes under load), 1 for a one-process test."""
+    if item.get_closest_marker("multiprocess") is None:
+        return 1.0
+    mark = item.get_closest_marker("timeout")
+    return float(mark.args[0]) if mark is not None and mark.args else 300.0
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected what does not run
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """Files with ``multiprocess`` tests first, each file's tests kept together and in order:
-    under ``pytest -n N --dist loadfile`` (scripts/test.sh) the long files then start
-    first and the quick ones fill the gaps, instead of one long file running last."""
-    slow = {item.path for item in items if item.get_closest_marker("multiprocess")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: keeps the order within
+    """The costliest files first (:func:`_cost` summed over the tests selected), each
+    file's tests kept together and in order: under ``pytest -n N --dist loadfile``
+    (scripts/test.sh) the long files then start first and the quick ones fill the gaps,
+    instead of a long file with few tests (a kill walk) starting last."""
+    cost: Dict[Path, float] = {}
+    for item in items:
+        cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
+    items.sort(key=lambda item: -cost[item.path])  # stable: keeps the order within
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -12,10 +12,12 @@ entering it. ``pruning`` is rank 0 inside the removal of an old version: moved a
 not yet deleted. A load phase kills rank ``R`` after the phase's function returns in the
 first load.
 
-So that the walk is deterministic, every other rank ignores SIGTERM from the target save
-(or load) on: the launcher's SIGTERM after the kill would otherwise race with how far
-they get; they go on until a collective fails on the dead rank, as they would with a
-launcher that is slow to notice (the launcher SIGKILLs them after its grace period).
+So that the walk is deterministic, every other rank defers SIGTERM through the target
+save (or load): the launcher's SIGTERM after the kill would otherwise race with how far
+they get; they go on until a collective fails on the dead rank (or the save ends), as
+they would with a launcher that is slow to notice, and a SIGTERM received meanwhile
+ends them as soon as the save or load returns or raises. (Ignoring it instead left each
+survivor to the launcher's SIGKILL after its 10 s grace: most of a save case's time.)
 """
 from __future__ import annotations
 
@@ -61,11 +63,25 @@ class Walk:
         self.rank = int(os.environ["RANK"])
         self.first = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0
         self.active = False  # inside the save or load walked
+        self.terminated = False  # a SIGTERM came while it was deferred
 
     def enter(self) -> None:
         self.active = True
         if self.rank != self.victim:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, self._defer)
+            signal.siginterrupt(signal.SIGTERM, False)  # blocked calls go on (SA_RESTART)
+
+    def _defer(self, signum: int, frame: Any) -> None:
+        self.terminated = True
+
+    def leave(self) -> None:
+        """The save or load walked returned or raised: a SIGTERM deferred ends us now,
+        and a later one at once (as the launcher's would have, had it not waited)."""
+        self.active = False
+        if self.rank != self.victim:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if self.terminated:
+                os.kill(os.getpid(), signal.SIGTERM)
 
     def die(self) -> None:
         print(f"[rank {self.rank}] checkpoint_kill: SIGKILL at {self.phase}", file=sys.stderr,
@@ -124,18 +140,19 @@ def install(walk: Walk) -> None:
             try:
                 return load(*args, **kwargs)
             finally:
-                walk.active = False
+                walk.leave()
         checkpoint.load = load_walked
     else:
         save = writing.save
 
         def save_walked(path: Any, step: int, *args: Any, **kwargs: Any) -> str:
-            if step == walk.step:
-                walk.enter()
+            if step != walk.step:
+                return save(path, step, *args, **kwargs)
+            walk.enter()
             try:
                 return save(path, step, *args, **kwargs)
             finally:
-                walk.active = False
+                walk.leave()
         checkpoint.save = save_walked
     if walk.phase == "pruning":
         wrap_pruning(walk)

@@ -10,20 +10,16 @@ load of a job that starts from a step-4 checkpoint. ``checkpoint_kill.py`` patch
 phase's library function from outside and makes the walk deterministic (see there).
 Ranks are forked as torchrun runs them (:func:`tests.support.scripts.run_script`).
 
-2 ranks: every save phase x every rank, every load phase x every rank (26 jobs). 3 ranks:
-the whole matrix too, but only the phases around the switch (``digests``, ``info``,
-``latest``, ``pruning``) for ranks 0 and 2 and ``load_restore`` for rank 2 run by
-default; the other 30 cases (about 8 minutes here) run when ``PYG_DIST_FULL_WALK=1`` is
-set (``PYG_DIST_FULL_WALK=1 bash scripts/test.sh tests/distributed/test_checkpoint_kills.py``):
-ranks other than 0 all play the same part, so they add little to the 2-rank walk.
+2 ranks: every save phase x every rank, every load phase x every rank (26 jobs), here.
+3 ranks: ``test_checkpoint_kills_three.py`` (a file of its own, so that
+``pytest -n 2 --dist loadfile`` runs the two walks side by side).
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 
@@ -35,8 +31,6 @@ from checkpoint_kill import LOAD_PHASES, SAVE_PHASES
 HERE = Path(__file__).resolve().parent
 JOB, KILL = HERE / "checkpoint_job.py", HERE / "checkpoint_kill.py"
 STEPS, KILL_STEP = 6, 4
-FULL = pytest.mark.skipif(os.environ.get("PYG_DIST_FULL_WALK") != "1",
-                          reason="the full 3-rank matrix runs with PYG_DIST_FULL_WALK=1")
 pytestmark = pytest.mark.multiprocess
 
 #: phases after which LATEST has switched to the version being saved, by the victim:
@@ -144,25 +138,3 @@ def test_kill_in_save_two_ranks(parts, reference, tmp_path, phase, rank):
 @pytest.mark.parametrize("phase", list(LOAD_PHASES))
 def test_kill_in_load_two_ranks(parts, reference, tmp_path, phase, rank):
     walk_load(parts, reference, tmp_path, 2, phase, rank)
-
-
-def three_rank_cases(phases: List[str], critical: List[Tuple[str, int]]) -> List[Any]:
-    """Every phase x every rank of 3; those not in ``critical`` are ``serial`` and run
-    only with ``PYG_DIST_FULL_WALK=1``."""
-    return [pytest.param(phase, rank, marks=() if (phase, rank) in critical
-                         else (pytest.mark.serial, FULL), id=f"{phase}-{rank}")
-            for phase in phases for rank in range(3)]
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("phase, rank", three_rank_cases(
-    list(SAVE_PHASES), [(p, r) for p in ("digests", "info", "latest", "pruning") for r in (0, 2)]))
-def test_kill_in_save_three_ranks(parts, reference, tmp_path, phase, rank):
-    walk_save(parts, reference, tmp_path, 3, phase, rank)
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("phase, rank", three_rank_cases(list(LOAD_PHASES),
-                                                         [("load_restore", 2)]))
-def test_kill_in_load_three_ranks(parts, reference, tmp_path, phase, rank):
-    walk_load(parts, reference, tmp_path, 3, phase, rank)
