@@ -64,11 +64,47 @@ class Column:
             self.data[self.size:self.size + n] = piece
         self.size += n
 
+    def scatter_tail(self, start: int, dest: Tensor) -> None:
+        """Moves the values from ``start`` to the end: value ``i`` of that tail goes to
+        position ``dest[i]`` of it (``dest`` a permutation of the tail's positions)."""
+        tail = self.data[start:self.size]
+        tail[dest] = tail.clone()
+
     def result(self) -> Tensor:
         """The column: a view of the buffer, or a copy where it would hold a third more
         memory than the column needs."""
         out = self.data[:self.size]
         return out if 4 * self.size >= 3 * self.data.numel() else out.clone()
+
+
+@dataclass
+class EdgePiece:
+    """One partition's edges of one edge type in one hop."""
+    col: Tensor             # destination of each edge (position in its type's node list)
+    nbrs: Tensor            # neighbour (source) of each edge, global id
+    eids: Tensor            # edge ids
+    batch: Optional[Tensor]     # subtree of each edge's destination (disjoint mode)
+    original: Optional[Tensor]  # the edges' original ids (when recorded)
+    seeds: Tensor           # the piece's destinations, ascending, each once
+    counts: Tensor          # edges per destination
+
+
+def seed_order(pieces: List[EdgePiece]) -> Tensor:
+    """Where each edge of the concatenated ``pieces`` goes when all are ordered by
+    destination (a destination's edges keep their order; destinations of different
+    pieces never coincide): a permutation of ``range(total edges)``."""
+    seeds = torch.cat([p.seeds for p in pieces])
+    counts = torch.cat([p.counts for p in pieces]).to(torch.long)
+    total = int(counts.sum())
+    if seeds.numel() == 0:
+        return torch.empty(0, dtype=torch.long)
+    starts = torch.cumsum(counts, 0) - counts  # each seed's first edge, as given
+    lo, hi = (int(v) for v in torch.aminmax(seeds))
+    by_seed = torch.zeros(hi - lo + 1, dtype=torch.long)  # seeds are frontier positions
+    by_seed[seeds - lo] = counts
+    ordered = (torch.cumsum(by_seed, 0) - by_seed)[seeds - lo]  # ... once in order
+    return torch.arange(total) + torch.repeat_interleave(ordered - starts, counts,
+                                                         output_size=total)
 
 
 @dataclass
@@ -165,6 +201,10 @@ class HopState:
             if original is None:
                 raise ValueError("this hop state records original edge ids: pass them")
             self._column(edge_type).append(original)
+        self._add_nodes(edge_type, col, nbrs, eids, batch)
+
+    def _add_nodes(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
+                   batch: Optional[Tensor]) -> None:
         src_type = edge_type[0]
         if src_type not in self.index:
             self.index[src_type] = self._new_index(nbrs.numel())
@@ -173,6 +213,39 @@ class HopState:
         self.rows.setdefault(edge_type, []).append(row)
         self.cols.setdefault(edge_type, []).append(col)
         self.eids.setdefault(edge_type, []).append(eids)
+
+    def add_hop_edges(self, edge_type: EdgeType, pieces: List[EdgePiece]) -> int:
+        """Records one hop's edges of ``edge_type`` that several partitions sampled, in
+        a single machine's order: by destination (their position in the frontier), each
+        destination's neighbours in the order its owner listed them. The pieces are
+        given in merge order (own, direct, remote: see :meth:`Column.append`), each
+        with its destinations ascending and disjoint from the other pieces'. Returns the
+        number of edges added."""
+        if len(pieces) == 1:
+            p = pieces[0]
+            self.add_edges(edge_type, p.col, p.nbrs, p.eids, p.batch, p.original)
+            return int(p.nbrs.numel())
+        dest = seed_order(pieces)
+        if self.original is not None:
+            if any(p.original is None for p in pieces):
+                raise ValueError("this hop state records original edge ids: pass them")
+            column = self._column(edge_type)
+            start = column.size
+            for p in pieces:  # in place where drawn, then put in order
+                column.append(p.original)
+            column.scatter_tail(start, dest)
+
+        def ordered(parts: List[Tensor]) -> Tensor:
+            cat = torch.cat(parts)
+            out = torch.empty_like(cat)
+            out[dest] = cat
+            return out
+
+        batch = ordered([p.batch for p in pieces]) if pieces[0].batch is not None else None
+        self._add_nodes(edge_type, ordered([p.col for p in pieces]),
+                        ordered([p.nbrs for p in pieces]), ordered([p.eids for p in pieces]),
+                        batch)
+        return int(dest.numel())
 
     def _column(self, edge_type: EdgeType) -> Column:
         if edge_type not in self.original:

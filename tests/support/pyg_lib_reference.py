@@ -36,7 +36,8 @@ raise :class:`NotImplementedError`.
 """
 from __future__ import annotations
 
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -221,3 +222,37 @@ def register_ops() -> "torch.library.Library":
     lib.impl("neighbor_sample", neighbor_sample, "CompositeExplicitAutograd")
     lib.impl("hetero_neighbor_sample", hetero_neighbor_sample, "CompositeExplicitAutograd")
     return lib
+
+
+@contextmanager
+def reference_ops() -> Iterator[None]:
+    """PyG's samplers on these ops: the ops registered, ``index_sort`` patched in, and
+    PyG told pyg-lib is there; all undone on exit. Where pyg-lib itself is installed,
+    its own ops and sort are used as they are (the same semantics)."""
+    try:
+        lib = register_ops()
+    except RuntimeError:  # pyg-lib is installed: its ops are defined
+        yield
+        return
+    import torch_geometric.sampler.utils
+    import torch_geometric.typing
+    try:
+        with _patched(torch_geometric.typing, torch_geometric.sampler.utils):
+            yield
+    finally:
+        lib._destroy()
+
+
+@contextmanager
+def _patched(typing_module, utils_module) -> Iterator[None]:
+    flags = ("WITH_PYG_LIB", "WITH_EDGE_TIME_NEIGHBOR_SAMPLE", "WITH_WEIGHTED_NEIGHBOR_SAMPLE")
+    saved = [getattr(typing_module, f) for f in flags], utils_module.index_sort
+    for flag in flags:
+        setattr(typing_module, flag, True)
+    utils_module.index_sort = index_sort  # PyG's to_csc sorts with pyg-lib's stable sort
+    try:
+        yield
+    finally:
+        for flag, value in zip(flags, saved[0]):
+            setattr(typing_module, flag, value)
+        utils_module.index_sort = saved[1]
