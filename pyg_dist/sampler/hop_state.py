@@ -121,8 +121,9 @@ class HopState:
 
     Args:
         seeds: global seed ids per node type (unique unless ``disjoint``).
-        disjoint: identify nodes per subtree; seed ``i`` of every type starts
-            subtree ``i``.
+        disjoint: identify nodes per subtree; every seed starts a subtree of its own,
+            numbered over the seed types in order (the second type's first seed starts
+            the subtree after the first type's last), as PyG's samplers number them.
         seed_time: time of each seed (temporal sampling).
         capacity_hint: expected nodes per type (sizes the hash maps).
         original_eids: every hop brings the sampled edges' original ids too (the
@@ -152,9 +153,11 @@ class HopState:
         self.num_edges: Dict[EdgeType, List[int]] = {}
         self.hops_done = 0
         self.capacity_hint = capacity_hint
-        self.subtree_time = _subtree_time(seed_time)
+        self.subtree_time = _subtree_time(seeds, seed_time) if disjoint else None
+        first = 0  # disjoint: the seeds of every type start subtrees of their own, in order
         for node_type, ids in seeds.items():
-            batch = torch.arange(ids.numel()) if disjoint else None
+            batch = torch.arange(first, first + ids.numel()) if disjoint else None
+            first += ids.numel()
             self.index[node_type] = self._new_index(ids.numel())
             self.index[node_type].insert(self._keys(ids, batch))
             self.num_nodes[node_type] = [ids.numel()]
@@ -322,12 +325,13 @@ class HopState:
                 else torch.empty(0, dtype=torch.long) for t in edge_types}
 
 
-def _subtree_time(seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:
-    """Time of every subtree: the seed time of its seeds (all seed types agree)."""
+def _subtree_time(seeds: Dict[NodeType, Tensor],
+                  seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:
+    """Time of every subtree: its seed's time (subtrees numbered over the seed types in
+    order, as :class:`HopState` numbers them)."""
     if not seed_time:
         return None
-    size = max(t.numel() for t in seed_time.values())
-    out = torch.zeros(size, dtype=torch.long)
-    for value in sorted(seed_time.values(), key=lambda t: t.numel()):
-        out[:value.numel()] = value
-    return out
+    missing = [t for t in seeds if t not in seed_time]
+    if missing:
+        raise ValueError(f"temporal sampling: no seed time for seed node type(s) {missing}")
+    return torch.cat([seed_time[t].view(-1).long() for t in seeds])
