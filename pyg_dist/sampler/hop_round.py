@@ -4,8 +4,8 @@ Requests to remote partitions go out first (one per partition, all in flight). M
 the hops that run in this process do: this partition's own, then those of partitions
 read directly on this machine (:mod:`pyg_dist.sampler.direct`), each drawing its edges'
 original ids straight into the batch's columns (:meth:`HopState.spares`). Every
-response but the own partition's is checked before use. Responses are merged in the
-order own, direct (the order their room was handed out), remote.
+response but the own partition's is checked before use. Responses are merged in a
+single machine's order: per edge type, by destination in the frontier.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pyg_dist.format.meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.checks import check_hop_response
-from pyg_dist.sampler.hop_state import HopState
+from pyg_dist.sampler.hop_state import EdgePiece, HopState
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler import direct, timing
 from pyg_dist.sampler.types import HopRequest, HopResponse
@@ -73,15 +73,23 @@ async def run(group: RpcGroup, local: LocalSampler, meta: PartitionMeta, plan: P
 
 def merge(group: RpcGroup, meta: PartitionMeta, state: HopState, plan: Plan,
           responses: Dict[int, HopResponse]) -> None:
-    """Adds every response's edges to ``state`` (in :func:`order`) and closes the hop."""
-    sampled = {t: 0 for t in meta.edge_types}
-    for part in order(group, plan):
+    """Adds every response's edges to ``state`` and closes the hop: edge type by edge
+    type (``meta.edge_types``' order), all partitions' edges in a single machine's order
+    (by destination, see :meth:`HopState.add_hop_edges`), so new nodes get the positions
+    single-machine sampling gives them."""
+    pieces: Dict[tuple, List[EdgePiece]] = {}
+    for part in order(group, plan):  # the order in-place pieces were drawn in
         resp = responses[part]
         for i, (edge_type, seeds, batch) in enumerate(plan[part][1]):
             counts = resp.counts[i]
-            col = torch.repeat_interleave(seeds, counts)
-            nbr_batch = torch.repeat_interleave(batch, counts) if batch is not None else None
-            state.add_edges(edge_type, col, resp.nbrs[i], resp.eids[i], nbr_batch,
-                            resp.original_eids[i] if resp.original_eids else None)
-            sampled[edge_type] += int(resp.nbrs[i].numel())
+            pieces.setdefault(edge_type, []).append(EdgePiece(
+                col=torch.repeat_interleave(seeds, counts), nbrs=resp.nbrs[i],
+                eids=resp.eids[i],
+                batch=torch.repeat_interleave(batch, counts) if batch is not None else None,
+                original=resp.original_eids[i] if resp.original_eids else None,
+                seeds=seeds, counts=counts))
+    sampled = {t: 0 for t in meta.edge_types}
+    for edge_type in meta.edge_types:
+        if edge_type in pieces:
+            sampled[edge_type] = state.add_hop_edges(edge_type, pieces[edge_type])
     state.end_hop(sampled)

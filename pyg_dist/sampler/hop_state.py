@@ -64,11 +64,47 @@ class Column:
             self.data[self.size:self.size + n] = piece
         self.size += n
 
+    def scatter_tail(self, start: int, dest: Tensor) -> None:
+        """Moves the values from ``start`` to the end: value ``i`` of that tail goes to
+        position ``dest[i]`` of it (``dest`` a permutation of the tail's positions)."""
+        tail = self.data[start:self.size]
+        tail[dest] = tail.clone()
+
     def result(self) -> Tensor:
         """The column: a view of the buffer, or a copy where it would hold a third more
         memory than the column needs."""
         out = self.data[:self.size]
         return out if 4 * self.size >= 3 * self.data.numel() else out.clone()
+
+
+@dataclass
+class EdgePiece:
+    """One partition's edges of one edge type in one hop."""
+    col: Tensor             # destination of each edge (position in its type's node list)
+    nbrs: Tensor            # neighbour (source) of each edge, global id
+    eids: Tensor            # edge ids
+    batch: Optional[Tensor]     # subtree of each edge's destination (disjoint mode)
+    original: Optional[Tensor]  # the edges' original ids (when recorded)
+    seeds: Tensor           # the piece's destinations, ascending, each once
+    counts: Tensor          # edges per destination
+
+
+def seed_order(pieces: List[EdgePiece]) -> Tensor:
+    """Where each edge of the concatenated ``pieces`` goes when all are ordered by
+    destination (a destination's edges keep their order; destinations of different
+    pieces never coincide): a permutation of ``range(total edges)``."""
+    seeds = torch.cat([p.seeds for p in pieces])
+    counts = torch.cat([p.counts for p in pieces]).to(torch.long)
+    total = int(counts.sum())
+    if seeds.numel() == 0:
+        return torch.empty(0, dtype=torch.long)
+    starts = torch.cumsum(counts, 0) - counts  # each seed's first edge, as given
+    lo, hi = (int(v) for v in torch.aminmax(seeds))
+    by_seed = torch.zeros(hi - lo + 1, dtype=torch.long)  # seeds are frontier positions
+    by_seed[seeds - lo] = counts
+    ordered = (torch.cumsum(by_seed, 0) - by_seed)[seeds - lo]  # ... once in order
+    return torch.arange(total) + torch.repeat_interleave(ordered - starts, counts,
+                                                         output_size=total)
 
 
 @dataclass
@@ -85,8 +121,9 @@ class HopState:
 
     Args:
         seeds: global seed ids per node type (unique unless ``disjoint``).
-        disjoint: identify nodes per subtree; seed ``i`` of every type starts
-            subtree ``i``.
+        disjoint: identify nodes per subtree; every seed starts a subtree of its own,
+            numbered over the seed types in order (the second type's first seed starts
+            the subtree after the first type's last), as PyG's samplers number them.
         seed_time: time of each seed (temporal sampling).
         capacity_hint: expected nodes per type (sizes the hash maps).
         original_eids: every hop brings the sampled edges' original ids too (the
@@ -116,9 +153,11 @@ class HopState:
         self.num_edges: Dict[EdgeType, List[int]] = {}
         self.hops_done = 0
         self.capacity_hint = capacity_hint
-        self.subtree_time = _subtree_time(seed_time)
+        self.subtree_time = _subtree_time(seeds, seed_time) if disjoint else None
+        first = 0  # disjoint: the seeds of every type start subtrees of their own, in order
         for node_type, ids in seeds.items():
-            batch = torch.arange(ids.numel()) if disjoint else None
+            batch = torch.arange(first, first + ids.numel()) if disjoint else None
+            first += ids.numel()
             self.index[node_type] = self._new_index(ids.numel())
             self.index[node_type].insert(self._keys(ids, batch))
             self.num_nodes[node_type] = [ids.numel()]
@@ -165,6 +204,10 @@ class HopState:
             if original is None:
                 raise ValueError("this hop state records original edge ids: pass them")
             self._column(edge_type).append(original)
+        self._add_nodes(edge_type, col, nbrs, eids, batch)
+
+    def _add_nodes(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
+                   batch: Optional[Tensor]) -> None:
         src_type = edge_type[0]
         if src_type not in self.index:
             self.index[src_type] = self._new_index(nbrs.numel())
@@ -173,6 +216,39 @@ class HopState:
         self.rows.setdefault(edge_type, []).append(row)
         self.cols.setdefault(edge_type, []).append(col)
         self.eids.setdefault(edge_type, []).append(eids)
+
+    def add_hop_edges(self, edge_type: EdgeType, pieces: List[EdgePiece]) -> int:
+        """Records one hop's edges of ``edge_type`` that several partitions sampled, in
+        a single machine's order: by destination (their position in the frontier), each
+        destination's neighbours in the order its owner listed them. The pieces are
+        given in merge order (own, direct, remote: see :meth:`Column.append`), each
+        with its destinations ascending and disjoint from the other pieces'. Returns the
+        number of edges added."""
+        if len(pieces) == 1:
+            p = pieces[0]
+            self.add_edges(edge_type, p.col, p.nbrs, p.eids, p.batch, p.original)
+            return int(p.nbrs.numel())
+        dest = seed_order(pieces)
+        if self.original is not None:
+            if any(p.original is None for p in pieces):
+                raise ValueError("this hop state records original edge ids: pass them")
+            column = self._column(edge_type)
+            start = column.size
+            for p in pieces:  # in place where drawn, then put in order
+                column.append(p.original)
+            column.scatter_tail(start, dest)
+
+        def ordered(parts: List[Tensor]) -> Tensor:
+            cat = torch.cat(parts)
+            out = torch.empty_like(cat)
+            out[dest] = cat
+            return out
+
+        batch = ordered([p.batch for p in pieces]) if pieces[0].batch is not None else None
+        self._add_nodes(edge_type, ordered([p.col for p in pieces]),
+                        ordered([p.nbrs for p in pieces]), ordered([p.eids for p in pieces]),
+                        batch)
+        return int(dest.numel())
 
     def _column(self, edge_type: EdgeType) -> Column:
         if edge_type not in self.original:
@@ -275,12 +351,13 @@ def edge_index(row: Tensor, col: Tensor) -> Tensor:
     return torch.stack([row, col])
 
 
-def _subtree_time(seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:
-    """Time of every subtree: the seed time of its seeds (all seed types agree)."""
+def _subtree_time(seeds: Dict[NodeType, Tensor],
+                  seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:
+    """Time of every subtree: its seed's time (subtrees numbered over the seed types in
+    order, as :class:`HopState` numbers them)."""
     if not seed_time:
         return None
-    size = max(t.numel() for t in seed_time.values())
-    out = torch.zeros(size, dtype=torch.long)
-    for value in sorted(seed_time.values(), key=lambda t: t.numel()):
-        out[:value.numel()] = value
-    return out
+    missing = [t for t in seeds if t not in seed_time]
+    if missing:
+        raise ValueError(f"temporal sampling: no seed time for seed node type(s) {missing}")
+    return torch.cat([seed_time[t].view(-1).long() for t in seeds])

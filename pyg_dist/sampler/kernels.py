@@ -14,7 +14,9 @@ Strategies:
   inverse CDF with replacement); zero-weight edges are never drawn;
 - temporal: only edges whose time is not after the seed's time; ``uniform`` draws
   among them, ``last`` keeps the ``min(fanout, eligible)`` most recent ones and, with
-  replacement, draws ``fanout`` times among those (pyg-lib's semantics). Top-k
+  replacement, draws ``fanout`` times among those (pyg-lib's semantics); when all
+  eligible edges are taken, they come in time order (ties in edge order), as PyG sorts
+  each node's neighbours by time before sampling. Top-k
   selections (weighted, ``last``) keep a heap of k: O(degree log k), not a sort.
 
 Inputs are checked before any kernel runs (:mod:`pyg_dist.sampler.checks`): a kernel
@@ -283,6 +285,8 @@ def _choose(st, cand, fanout, replace, times, weights, use_weight, last):
     if m == 0:
         return np.empty(0, dtype=np.int64), st
     if fanout < 0 or (not replace and m <= fanout):
+        if times.shape[0] > 0:  # temporal: by time, as PyG sorts each node's neighbours
+            return cand[np.argsort(times[cand], kind="mergesort")], st
         return cand.copy(), st
     k = fanout
     if last:  # pyg-lib: the min(k, m) most recent; with replacement, k draws among them

@@ -15,35 +15,22 @@ from typing import Iterator, List
 
 import pytest
 import torch
-import torch_geometric.sampler.utils
 from torch_geometric.sampler import hgt_sampler
-import torch_geometric.typing
 from torch_geometric.data import HeteroData
 from torch_geometric.loader import HGTLoader, LinkNeighborLoader, NeighborLoader
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
 from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from tests.support.pyg_lib_reference import index_sort, register_ops
+from tests.support.pyg_lib_reference import reference_ops
 
 NODE_ATTRS = ("x", "y", "nid")
 
 
 @pytest.fixture(scope="module")
 def pyg_lib() -> Iterator[None]:
-    """``torch.ops.pyg`` sampling ops and ``index_sort`` from the reference, and PyG told
-    pyg-lib is there."""
-    try:
-        lib = register_ops()
-    except RuntimeError as err:  # pyg-lib itself is installed: its ops are defined
-        pytest.skip(f"torch.ops.pyg is taken ({err}); this test compares on the reference")
-    with pytest.MonkeyPatch.context() as patch:
-        for flag in ("WITH_PYG_LIB", "WITH_EDGE_TIME_NEIGHBOR_SAMPLE",
-                     "WITH_WEIGHTED_NEIGHBOR_SAMPLE"):
-            patch.setattr(torch_geometric.typing, flag, True)
-        # PyG's to_csc sorts with pyg-lib's (stable) index_sort when pyg-lib is there
-        patch.setattr(torch_geometric.sampler.utils, "index_sort", index_sort)
+    """PyG's samplers on pyg-lib's ops (the reference's, unless pyg-lib is installed)."""
+    with reference_ops():
         yield
-    lib._destroy()
 
 
 def _homo():

@@ -3,7 +3,7 @@ column of original edge ids."""
 import pytest
 import torch
 
-from pyg_dist.sampler.hop_state import ID_BITS, Column, HopState
+from pyg_dist.sampler.hop_state import ID_BITS, Column, EdgePiece, HopState, seed_order
 from pyg_dist.sampler.kernels import sample_one_hop
 from pyg_dist.sampler.types import HopRequest, HopResponse
 
@@ -181,3 +181,37 @@ def test_output_edges_form_one_edge_index_without_a_copy():
     other = torch.tensor([9, 8, 7, 6])  # separate tensors are stacked
     assert torch.equal(edge_index(row, other), torch.stack([row, other]))
     assert torch.equal(edge_index(col, row), torch.stack([col, row]))
+
+
+def test_pieces_of_several_partitions_are_merged_in_frontier_order():
+    """One hop's edges from several partitions (own piece drawn in place, a remote one
+    copied) are recorded by destination, as a single machine samples them: nodes get
+    the positions single-machine sampling gives them, and edges, edge ids and original
+    ids (permuted inside the batch's column) follow the same order."""
+    state = HopState({"a": T([10, 11, 12, 13])}, disjoint=False, original_eids=True,
+                     edge_hints={AA: 64})
+    request = HopRequest([AA], [T([0, 2])], [3], [None], False, "uniform", None, None, 1,
+                         original_eids=True)
+    room = state.spares(request)[0]
+    room[:3] = T([500, 501, 502])  # the own partition drew seeds 0 and 2's edges here
+    own = EdgePiece(col=T([0, 0, 2]), nbrs=T([20, 21, 22]), eids=T([0, 1, 2]), batch=None,
+                    original=room[:3], seeds=T([0, 2]), counts=T([2, 1]))
+    remote = EdgePiece(col=T([1, 3, 3]), nbrs=T([21, 23, 10]), eids=T([7, 8, 9]),
+                       batch=None, original=T([600, 601, 602]), seeds=T([1, 3]),
+                       counts=T([1, 2]))
+    assert state.add_hop_edges(AA, [own, remote]) == 6
+    state.end_hop({AA: 6})
+    out = state.output([AA])
+    assert out.node["a"].tolist() == [10, 11, 12, 13, 20, 21, 22, 23]
+    assert out.col[AA].tolist() == [0, 0, 1, 2, 3, 3]
+    assert out.node["a"][out.row[AA]].tolist() == [20, 21, 21, 22, 23, 10]
+    assert out.edge[AA].tolist() == [0, 1, 7, 2, 8, 9]
+    assert out.original_edge[AA].tolist() == [500, 501, 600, 502, 601, 602]
+    assert out.num_sampled_nodes["a"] == [4, 4]
+
+
+def test_seed_order_of_pieces_with_no_edges_and_one_piece():
+    empty = EdgePiece(T([], ), T([]), T([]), None, None, T([1, 2]), T([0, 0]))
+    one = EdgePiece(T([0, 0]), T([5, 6]), T([0, 1]), None, None, T([0]), T([2]))
+    assert seed_order([empty, one]).tolist() == [0, 1]
+    assert seed_order([one, empty]).tolist() == [0, 1]

@@ -31,12 +31,15 @@ Differences: randomness comes from torch's global generator (``torch.randperm`` 
 ``torch.randint``), not pyg-lib's engine, so results equal pyg-lib's in distribution,
 not draw for draw; the heterogeneous op visits edge types in sorted order whatever order
 it is given (PyG passes them in ``set`` order for remote backends), so the same graph
-and seeds give the same sample. Temporal and weighted sampling and ``directed=False``
-raise :class:`NotImplementedError`.
+and seeds give the same sample. Node-level temporal sampling is disjoint only (as PyG
+requires) and takes the neighbours not later than the subtree's seed time (the seed's
+own node time when no seed time is given); edge-level temporal and weighted sampling
+and ``directed=False`` raise :class:`NotImplementedError`.
 """
 from __future__ import annotations
 
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -62,8 +65,8 @@ Key = Tuple[str, Hashable]  # (node type, node id or (seed index, node id))
 
 def _check_supported(times: Sequence[object], directed: bool, csc: bool) -> None:
     if any(t is not None for t in times):
-        raise NotImplementedError("the pyg-lib reference does not implement temporal or "
-                                  "weighted sampling")
+        raise NotImplementedError("the pyg-lib reference does not implement edge-level "
+                                  "temporal or weighted sampling")
     if not directed:
         raise NotImplementedError("the pyg-lib reference implements directed sampling only")
     if not csc:
@@ -71,16 +74,29 @@ def _check_supported(times: Sequence[object], directed: bool, csc: bool) -> None
                                   "PyG's NeighborSampler passes)")
 
 
-def _pick(start: int, end: int, k: int, replace: bool) -> List[int]:
-    """Positions of the sampled neighbours among ``[start, end)``."""
-    deg = end - start
+def _pick(start: int, end: int, k: int, replace: bool,
+          allowed: Optional[List[int]] = None) -> List[int]:
+    """Positions of the sampled neighbours among ``[start, end)`` (``allowed``: only
+    among these positions, in their order)."""
+    pool = list(range(start, end)) if allowed is None else allowed
+    deg = len(pool)
     if deg == 0 or k == 0:
         return []
     if k < 0 or (not replace and deg <= k):
-        return list(range(start, end))
+        return pool
     if replace:
-        return (torch.randint(deg, (k,)) + start).tolist()
-    return (torch.randperm(deg)[:k] + start).tolist()
+        return [pool[i] for i in torch.randint(deg, (k,)).tolist()]
+    return [pool[i] for i in torch.randperm(deg)[:k].tolist()]
+
+
+def _in_time(start: int, end: int, row: List[int], time: Optional[List[int]],
+             seed_time: Optional[int]) -> Optional[List[int]]:
+    """Node-level temporal sampling: the positions whose neighbour is not later than
+    the subtree's seed time (PyG sorts each node's neighbours by time first, so pyg-lib
+    takes a prefix: the same positions)."""
+    if time is None or seed_time is None:
+        return None
+    return [e for e in range(start, end) if time[row[e]] <= seed_time]
 
 
 class _Sampled:
@@ -102,15 +118,20 @@ class _Sampled:
 
 
 def _hop(sampled: _Sampled, rel: str, src_type: str, frontier: List[Tuple[int, Hashable]],
-         colptr: Tensor, row: Tensor, k: int, replace: bool, disjoint: bool
+         colptr: Tensor, row: Tensor, k: int, replace: bool, disjoint: bool,
+         time: Optional[List[int]] = None, seed_times: Optional[List[int]] = None
          ) -> List[Tuple[int, Hashable]]:
     """Samples the in-neighbours (of type ``src_type``) of every frontier node; returns
-    the newly seen source nodes as ``(local index, key)``."""
+    the newly seen source nodes as ``(local index, key)`` (``time``: the source nodes'
+    times, ``seed_times``: every subtree's, for node-level temporal sampling)."""
     added: List[Tuple[int, Hashable]] = []
     ptr, nbr = colptr.tolist(), row
+    rows = row.tolist() if time is not None else []
     for dst_local, key in frontier:
         v = key[1] if disjoint else key
-        for e in _pick(ptr[v], ptr[v + 1], k, replace):
+        seed_time = seed_times[key[0]] if seed_times is not None and disjoint else None
+        allowed = _in_time(ptr[v], ptr[v + 1], rows, time, seed_time)
+        for e in _pick(ptr[v], ptr[v + 1], k, replace, allowed):
             w = int(nbr[e])
             src_key = (key[0], w) if disjoint else w
             src_local, new = sampled.add(src_type, src_key)
@@ -164,19 +185,28 @@ def hetero_neighbor_sample(
         temporal_strategy: str = "uniform", return_edge_id: bool = True) -> tuple:
     """``pyg::hetero_neighbor_sample``: see the module docstring. Dicts are keyed by node
     type and by ``"src__rel__dst"``; ``num_neighbors_dict`` gives one count per hop."""
-    _check_supported((node_time_dict, edge_time_dict, seed_time_dict, edge_weight_dict),
-                     directed, csc)
+    _check_supported((edge_time_dict, edge_weight_dict), directed, csc)
+    if (node_time_dict or seed_time_dict) and not disjoint:
+        raise NotImplementedError("the pyg-lib reference samples by time only disjointly")
     types = sorted(tuple(t) for t in edge_types)
     rels = ["__".join(t) for t in types]
     hops = max((len(num_neighbors_dict[r]) for r in rels), default=0)
     sampled = _Sampled(node_types, rels)
     frontier: Dict[str, List[Tuple[int, Hashable]]] = {t: [] for t in node_types}
+    seed_times: List[int] = []
+    subtree = 0  # every seed starts a subtree; numbered on over the seed types, as pyg-lib
     for node_type, seeds in seed_dict.items():
         for i, v in enumerate(seeds.tolist()):
-            key = (i, v) if disjoint else v
+            key = (subtree, v) if disjoint else v
+            subtree += 1
             local, new = sampled.add(node_type, key)
             if new:
                 frontier[node_type].append((local, key))
+        if seed_time_dict is not None:
+            seed_times += seed_time_dict[node_type].tolist()
+        elif node_time_dict is not None:  # a seed's own time bounds its subtree
+            seed_times += node_time_dict[node_type][seeds].tolist()
+    times = {t: v.tolist() for t, v in (node_time_dict or {}).items()}
     num_nodes = {t: [len(sampled.nodes[t])] for t in node_types}
     num_edges: Dict[str, List[int]] = {r: [] for r in rels}
     for hop in range(hops):
@@ -186,7 +216,8 @@ def hetero_neighbor_sample(
             if hop < len(num_neighbors_dict[rel]):
                 added[src] += _hop(sampled, rel, src, frontier[dst], rowptr_dict[rel],
                                    col_dict[rel], num_neighbors_dict[rel][hop], replace,
-                                   disjoint)
+                                   disjoint, times.get(src),
+                                   seed_times if src in times else None)
             num_edges[rel].append(len(sampled.edges[rel]) - before)
         for t in node_types:
             num_nodes[t].append(len(added[t]))
@@ -221,3 +252,37 @@ def register_ops() -> "torch.library.Library":
     lib.impl("neighbor_sample", neighbor_sample, "CompositeExplicitAutograd")
     lib.impl("hetero_neighbor_sample", hetero_neighbor_sample, "CompositeExplicitAutograd")
     return lib
+
+
+@contextmanager
+def reference_ops() -> Iterator[None]:
+    """PyG's samplers on these ops: the ops registered, ``index_sort`` patched in, and
+    PyG told pyg-lib is there; all undone on exit. Where pyg-lib itself is installed,
+    its own ops and sort are used as they are (the same semantics)."""
+    try:
+        lib = register_ops()
+    except RuntimeError:  # pyg-lib is installed: its ops are defined
+        yield
+        return
+    import torch_geometric.sampler.utils
+    import torch_geometric.typing
+    try:
+        with _patched(torch_geometric.typing, torch_geometric.sampler.utils):
+            yield
+    finally:
+        lib._destroy()
+
+
+@contextmanager
+def _patched(typing_module, utils_module) -> Iterator[None]:
+    flags = ("WITH_PYG_LIB", "WITH_EDGE_TIME_NEIGHBOR_SAMPLE", "WITH_WEIGHTED_NEIGHBOR_SAMPLE")
+    saved = [getattr(typing_module, f) for f in flags], utils_module.index_sort
+    for flag in flags:
+        setattr(typing_module, flag, True)
+    utils_module.index_sort = index_sort  # PyG's to_csc sorts with pyg-lib's stable sort
+    try:
+        yield
+    finally:
+        for flag, value in zip(flags, saved[0]):
+            setattr(typing_module, flag, value)
+        utils_module.index_sort = saved[1]
