@@ -97,6 +97,24 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
     return root
 
 
+def machine_info() -> Dict[str, object]:
+    """Where and when a benchmark ran: host, CPU model and count, memory, UTC date and the
+    load average at the time (figures from a shared machine are read as ratios)."""
+    import platform
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), "")
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"machine": f"{platform.node()}: {model or platform.machine()}, "
+                       f"{os.cpu_count()} cpus, {mem:.0f} GiB",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_avg": [round(v, 2) for v in os.getloadavg()]}
+
+
 # ---- the job run in every process ------------------------------------------------------
 def open_sampler(root: str, cfg: BenchConfig):
     from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore
