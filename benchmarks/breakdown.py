@@ -23,7 +23,8 @@ builds and caches it) on 1 and 2 partitions; ``--products`` adds a products-scal
 synthetic graph (2.4M nodes, average degree 50, 100 float32 features; generating and
 partitioning it takes long and ~10 GB of memory).
 
-Prints human-readable lines, then ONE JSON line; appends that line to
+Prints human-readable lines, then ONE JSON line (with the machine, the date and the load
+average at the start and the end); appends that line to
 ``benchmarks/results/breakdown.json`` and draws a stacked bar chart of every
 configuration's stages and its bound (``--plot``, default
 ``benchmarks/results/breakdown.png``).
@@ -295,6 +296,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     graphs = ["products_2.4m"] if args.only_products else \
         ["community_200k"] + (["products_2.4m"] if args.products else [])
     res: Dict[str, dict] = {}
+    start = bench.machine_info()  # machine, date and load average at the start
     for graph in graphs:
         nodes, degree = GRAPHS[graph]
         for parts in [int(p) for p in args.parts.split(",")]:
@@ -311,7 +313,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                   f"{r['clock_reads_per_batch']} clock reads",
                   flush=True)
     line = {"benchmark": "breakdown", "fanout": "15,10,5", "batch_size": cfg.batch_size,
-            "batches": args.batches, "rounds": args.rounds, "results": res}
+            "batches": args.batches, "rounds": args.rounds, **start, "results": res,
+            "load_avg_end": bench.machine_info()["load_avg"]}
     try:
         line["plot"] = plot(args.plot, res)
     except OSError as exc:  # a benchmark reports what it measured

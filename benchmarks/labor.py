@@ -15,7 +15,9 @@ Settings (``--setting``, default ``cost``):
   strategy: mean and standard deviation of the test accuracy.
 
 Graphs and partitions are cached under ``--cache-dir``. Prints human-readable lines, a
-small PNG plot when matplotlib is installed (``--plot``), then ONE JSON line.
+small PNG plot of distinct nodes per hop when matplotlib is installed (``--plot``; the
+benchmark runs without it), then ONE JSON line (with the machine, the date and the load
+average), also appended to ``benchmarks/results/labor.jsonl`` unless ``--no-save``.
 
 Example:
     python benchmarks/labor.py --graphs community --batches 10
@@ -37,8 +39,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sampling import (AFTER_REPORTING, ONE_THREAD, BenchConfig, partitioned,  # noqa: E402
-                      seed_batches)
+from sampling import (AFTER_REPORTING, ONE_THREAD, BenchConfig, machine_info,  # noqa: E402
+                      partitioned, seed_batches)
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 #: the variants timed: name -> DistNeighborSampler options
 VARIANTS = {"neighbor": {}, "labor": {"sampling_strategy": "labor"},
@@ -259,6 +263,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--plot", type=Path, default=None, help="PNG of nodes per hop")
+    p.add_argument("--no-save", action="store_true", help="do not append to results/")
     args = p.parse_args(argv)
     args.cache_dir.mkdir(parents=True, exist_ok=True)  # graphs and partitions, reused
     return args
@@ -268,14 +273,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parse_args(argv)
     cfg = BenchConfig([int(f) for f in args.fanout.split(",")], args.batch_size, args.batches,
                       args.warmup, 0, 0, args.seed, args.timeout)
-    res: Dict[str, object] = {"fanout": args.fanout, "batch_size": args.batch_size}
+    res: Dict[str, object] = {"fanout": args.fanout, "batch_size": args.batch_size,
+                              **machine_info()}
     if args.setting in ("cost", "all"):
         res.update(run_cost(args, cfg))
         if args.plot is not None:
             plot(res, args.plot)
     if args.setting in ("accuracy", "all"):
         res.update(run_accuracy(args))
-    print(json.dumps(res))
+    res["load_avg_end"] = machine_info()["load_avg"]
+    text = json.dumps(res)
+    if not args.no_save:
+        RESULTS.mkdir(exist_ok=True)
+        with open(RESULTS / "labor.jsonl", "a") as f:
+            f.write(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ PYG_LIB_EDGES_PER_S = 3.4e6
 TARGET_SEEDS_PER_S = 15e3
 TARGET_RATIO = 0.5
 TARGET_FETCH_RATIO = 0.25
+COARSEN_EDGES = 50_000_000  # above this, partitioned() coarsens before METIS
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -79,7 +80,11 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
         kind (str): ``"random"`` or ``"community"``.
         num_nodes (int): nodes; ``avg_degree * num_nodes`` directed edges.
         feat_dim (int): float features per node (community graphs only).
-        num_parts (int): METIS partitions.
+        num_parts (int): METIS partitions; graphs of more than :data:`COARSEN_EDGES` edges
+            are partitioned by METIS on their label-propagation clusters
+            (``coarsen=True``): plain METIS would need about 8x the adjacency's bytes
+            (some 8 GB more for the products-scale graph's 120M edges), over what a
+            small shared machine should give one job.
     """
     from pyg_dist import Partitioner
     from pyg_dist.datasets.synthetic import community_graph
@@ -92,9 +97,29 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
         data = random_graph(num_nodes, int(num_nodes * avg_degree), seed)
     else:
         data = community_graph(num_nodes, avg_degree, feat_dim, seed=seed)
-    Partitioner(data, num_parts, root, seed=seed, overwrite=True, progress=False).generate()
+    coarsen = True if num_nodes * avg_degree > COARSEN_EDGES and num_parts > 1 else None
+    Partitioner(data, num_parts, root, seed=seed, overwrite=True, progress=False,
+                coarsen=coarsen).generate()
     print(f"  partitioned {root.name} in {time.perf_counter() - start:.1f}s", flush=True)
     return root
+
+
+def machine_info() -> Dict[str, object]:
+    """Where and when a benchmark ran: host, CPU model and count, memory, UTC date and the
+    load average at the time (figures from a shared machine are read as ratios)."""
+    import platform
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), "")
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"machine": f"{platform.node()}: {model or platform.machine()}, "
+                       f"{os.cpu_count()} cpus, {mem:.0f} GiB",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_avg": [round(v, 2) for v in os.getloadavg()]}
 
 
 # ---- the job run in every process ------------------------------------------------------
