@@ -31,10 +31,13 @@ MIN_BYTES = 1 << 20
 SLACK = 0.125
 
 
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+
+
 def _holders(buf: Tensor) -> int:
     """References to the buffer's storage (tensors and views sharing it), counting
     the storage object made to read it."""
-    return torch._C._storage_Use_Count(buf.untyped_storage()._cdata)
+    return _USE_COUNT(buf.untyped_storage()._cdata)
 
 
 class OutputPool:
@@ -58,8 +61,8 @@ class OutputPool:
         buffer nothing else holds, or a new one (kept for later batches)."""
         row_shape = tuple(row_shape)
         row_bytes = dtype.itemsize * int(torch.Size(row_shape).numel())
-        if rows * row_bytes < MIN_BYTES:
-            return torch.empty((rows, *row_shape), dtype=dtype)
+        if rows * row_bytes < MIN_BYTES or _USE_COUNT is None:  # (a torch without it)
+            return empty_large((rows, *row_shape), dtype)
         bufs = self._bufs.setdefault(key, [])
         for i, buf in enumerate(bufs):
             if buf.size(0) >= rows and buf.shape[1:] == row_shape and buf.dtype == dtype \
