@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+import os
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -27,7 +28,7 @@ from pyg_dist.loader.compat import accept_pyg_options, rendezvous_context
 from pyg_dist.loader.construction import (agree_loader, injected_options, loader_context,
                                           sampling_options, take_number)
 from pyg_dist.loader.inputs import LOCAL_ERRORS, LoaderInput
-from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
+from pyg_dist.loader.iterators import BatchChannel, LoopIterator, PassIterator, WorkerIterator
 from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.state import VERSION, LoaderState, digest
@@ -369,7 +370,19 @@ class DistLoader:
         except Exception:  # interpreter shutdown: nothing left to report to
             pass
 
+    @property
+    def dist_sampler(self) -> DistNeighborSampler:
+        """The loader's sampler (PyG's name for it)."""
+        return self.sampler
+
+    @property
+    def channel(self) -> BatchChannel:
+        """PyG's ``channel``: ``loader.channel.empty()`` tells whether batches of the
+        current pass are still waiting."""
+        return BatchChannel(lambda: self._iterator)
+
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(batches={len(self)}, batch_size={self.batch_size}, "
-                f"num_workers={self.num_workers}, rank={self.ctx.rank})")
+        return (f"{type(self).__name__}(pid={os.getpid()}, batches={len(self)}, "
+                f"batch_size={self.batch_size}, num_workers={self.num_workers}, "
+                f"rank={self.ctx.rank})")
 

@@ -7,14 +7,12 @@ reason logged once (at INFO) and documented here. Any other unknown name still r
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any, Dict
 
-import torch.distributed as dist
 
 from pyg_dist.rpc import runtime
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.meeting import rendezvous_context  # noqa: F401  (the loaders' use)
 
 log = logging.getLogger("pyg_dist")
 
@@ -61,26 +59,3 @@ def accept_pyg_options(options: Dict[str, Any], what: str) -> None:
             _SAID.add(name)
             log.info("pyg_dist: loader option %s (from torch_geometric.distributed): %s",
                      name, PYG_LOADER_OPTIONS[name])
-
-
-def rendezvous_context(ctx: DistContext, options: Dict[str, Any]) -> DistContext:
-    """``ctx`` meeting at the ``master_addr`` / ``master_port`` among ``options`` when
-    given and this process has no process group (nor RPC) yet, as
-    ``torch_geometric.distributed``'s loaders met there; else ``ctx`` unchanged.
-
-    Raises:
-        ValueError: ``master_port`` is not a port number.
-    """
-    addr, port = options.get("master_addr"), options.get("master_port")
-    if (addr is None and port is None) or dist.is_initialized() or runtime.is_initialized():
-        return ctx
-    if port is not None:
-        try:
-            port = int(port)
-        except (TypeError, ValueError):
-            port = -1
-        if not 0 < port < 65536:
-            raise ValueError(f"master_port must be a port number in [1, 65535], got "
-                             f"{options['master_port']!r}")
-    return dataclasses.replace(ctx, master_addr=ctx.master_addr if addr is None else str(addr),
-                               master_port=ctx.master_port if port is None else port)

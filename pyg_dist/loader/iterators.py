@@ -88,6 +88,10 @@ class LoopIterator(PassIterator):
         self.yielded += 1
         return self._hand_out(produced, asked, timing.now_ns(), self.finish)
 
+    def waiting(self) -> bool:
+        """Whether batches of this pass are still to be handed out."""
+        return bool(self.pending or self.tasks)
+
     def close(self) -> None:
         for future in self.pending:
             future.cancel()
@@ -145,6 +149,28 @@ class WorkerIterator(PassIterator):
     def yielded(self) -> int:
         return self.next_index
 
+    def waiting(self) -> bool:
+        """Whether batches of this pass are still to be handed out."""
+        return self.next_index < len(self.tasks)
+
     def close(self) -> None:
         self.tasks = self.tasks[:self.sent]  # stale results are skipped by epoch
         self.next_index = len(self.tasks)
+
+
+class BatchChannel:
+    """PyG's ``loader.channel``, read-only: whether batches are waiting to be handed out
+    (pyg_dist's loaders hand batches out through their own queues; nothing is put in
+    from outside).
+
+    Args:
+        current (Callable): the loader's current pass iterator, or ``None``.
+    """
+
+    def __init__(self, current: Callable[[], Optional[PassIterator]]) -> None:
+        self._current = current
+
+    def empty(self) -> bool:
+        """``True`` when no batch of the current pass is left to hand out."""
+        it = self._current()
+        return it is None or not it.waiting()

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc.meeting import rendezvous_context
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler import direct, id_lookup, link, local
 from pyg_dist.sampler.local import LocalSampler, serving_objects
@@ -48,19 +49,36 @@ def partitioning(graph: LocalGraphStore) -> Dict[str, Any]:
 
 def init_rpc(ctx: Optional[DistContext] = None,
              data: Optional[Tuple[LocalFeatureStore, LocalGraphStore]] = None,
-             num_parts: Optional[int] = None) -> RpcGroup:
+             num_parts: Optional[int] = None, *, current_ctx: Optional[DistContext] = None,
+             master_addr: Optional[str] = None, master_port: Optional[int] = None,
+             **pyg_options: Any) -> RpcGroup:
     """Joins the trainers' RPC group, serving ``data`` (collective: every rank calls it).
+
+    PyG's call ``init_rpc(current_ctx=ctx, master_addr=HOST, master_port=PORT)`` works
+    too: without a process group, the ranks meet at ``HOST:PORT`` (as PyG's did);
+    PyG's ``num_rpc_threads``, ``rpc_timeout`` and ``rpc_worker_names`` are accepted
+    with no effect (the context's timeout and pyg_dist's thread count apply, and peers
+    meet through the process group).
 
     Args:
         ctx: this process's context (default: :meth:`DistContext.from_env`).
         data: ``(feature_store, graph_store)`` of this rank's partition, or ``None``
             for jobs without a graph (e.g. only :class:`DistEmbedding`).
         num_parts: partitions when ``data`` is ``None`` (default: one per rank).
+        current_ctx: PyG's name of ``ctx``.
+        master_addr, master_port: where the ranks meet when no process group exists.
 
     Raises:
         DisagreementError: on every rank, if the ranks hold different partitionings.
+        TypeError: for an argument neither pyg_dist nor PyG has.
     """
-    ctx = ctx or DistContext.from_env()
+    unknown = set(pyg_options) - {"num_rpc_threads", "rpc_timeout", "rpc_worker_names"}
+    if unknown:
+        raise TypeError(f"init_rpc() got unexpected keyword argument(s) {sorted(unknown)}")
+    if ctx is not None and current_ctx is not None and ctx is not current_ctx:
+        raise TypeError("init_rpc(): the context was given twice (ctx and current_ctx)")
+    ctx = ctx or current_ctx or DistContext.from_env()
+    ctx = rendezvous_context(ctx, {"master_addr": master_addr, "master_port": master_port})
     if data is None:
         return runtime.join_rpc(ctx, num_parts or ctx.world_size)
     features, graph = data

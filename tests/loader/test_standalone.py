@@ -248,3 +248,38 @@ def test_a_sampler_keeps_freed_memory_for_its_batches(cora1, monkeypatch):
     _, stores, ctx = cora1
     DistNeighborSampler(stores, num_neighbors=[2], current_ctx=ctx)
     assert calls == [1]
+
+
+def test_pygs_loader_attributes_sampler_channel_and_repr(cora1):
+    """PyG's loaders expose ``dist_sampler``, a ``channel`` that is empty once a pass
+    is handed out, and a repr naming the process."""
+    import os
+    _, stores, ctx = cora1
+    loader = DistNeighborLoader(data=stores, num_neighbors=[2], input_nodes=[5, 7, 11, 13],
+                                batch_size=2, current_ctx=ctx)
+    assert isinstance(loader.dist_sampler, DistNeighborSampler)
+    assert loader.dist_sampler is loader.sampler
+    assert str(loader).startswith("DistNeighborLoader") and str(os.getpid()) in str(loader)
+    assert loader.channel.empty()  # no pass started
+    it = iter(loader)
+    next(it)
+    assert not loader.channel.empty()  # one batch still to come
+    next(it)
+    assert loader.channel.empty()
+    loader.close()
+
+
+def test_init_rpc_takes_pygs_keywords(cora1):
+    """``init_rpc(current_ctx=..., master_addr=..., master_port=...)`` as PyG's scripts
+    call it; a keyword neither library has is a TypeError."""
+    from pyg_dist import init_rpc
+    _, stores, ctx = cora1
+    shutdown_rpc()  # the loaders above joined
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        init_rpc(current_ctx=ctx, data=stores, master_prot=1)
+    try:
+        group = init_rpc(current_ctx=ctx, data=stores, master_addr="localhost",
+                         master_port=29511, num_rpc_threads=4)
+        assert group.part == 0 and group.ctx.rank == 0
+    finally:
+        shutdown_rpc()
