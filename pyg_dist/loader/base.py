@@ -73,6 +73,8 @@ class DistLoader:
             epoch ``e`` draws from ``(seed, e, i, rank)``, whatever ran before it, so
             :meth:`load_state_dict` resumes mid-epoch exactly).
         pin_memory (bool, optional): pin batches (default: when ``device`` is CUDA).
+            Without sampler workers a batch's rows are then gathered straight into
+            reused page-locked buffers, so no extra copy is made to pin them.
         feature_cache (int or float, optional): cache the node attributes of the remote
             nodes this partition's edges reference most (bytes, or a fraction of the
             halo nodes); see :class:`~pyg_dist.DistNeighborSampler`. Each sampler
@@ -140,6 +142,10 @@ class DistLoader:
         self.device = check_device(device)
         self.pin_memory = pin_memory if pin_memory is not None else (
             self.device is not None and self.device.type == "cuda")
+        self._copying: Optional[Tuple[Any, list]] = None
+        if self.pin_memory and num_workers == 0 and self.device is not None and \
+                self.device.type == "cuda":  # rows gathered straight into pinned buffers
+            self.sampler.fetcher.outputs.pin()
         self.transform = transform
         self.plan = EpochPlan(seeds.num_seeds, batch_size,
                               max(counts) if even_batches else own, shuffle, drop_last, seed)
@@ -284,12 +290,26 @@ class DistLoader:
         if self.pin_memory:
             batch = batch.pin_memory()
         if self.device is not None:
-            batch = batch.to(self.device, non_blocking=True)
+            held = [v for store in batch.stores for v in store.values()
+                    if isinstance(v, Tensor)] if self.pin_memory else None
+            batch = batch.to(self.device, non_blocking=True)  # in place
+            if held and self.device.type == "cuda":
+                self._hold_until_copied(held)
         for store in batch.node_stores:  # emb(batch.n_id) then translates nothing
             n_id, part = getattr(store, "n_id", None), getattr(store, "part_n_id", None)
             if isinstance(n_id, Tensor) and isinstance(part, Tensor):
                 BATCH_IDS.remember(n_id, part)
         return batch
+
+    def _hold_until_copied(self, held: list) -> None:
+        """Keeps a batch's pinned CPU tensors until their non-blocking copy to the GPU has
+        run: the sampler's output pool reuses a buffer only once nothing holds it. The
+        previous batch's are let go here (its copy finished long ago; waited for if not)."""
+        event = torch.cuda.Event()
+        event.record()
+        previous, self._copying = self._copying, (event, held)
+        if previous is not None:
+            previous[0].synchronize()
 
     @property
     def batch_timeout(self) -> float:

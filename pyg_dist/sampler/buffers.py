@@ -52,6 +52,7 @@ class OutputPool:
         self.keep = keep
         self._bufs: Dict[Hashable, List[Tensor]] = {}
         self._idle = 0  # the count of a buffer only the pool holds
+        self.pinned = False  # new buffers in page-locked memory (batches bound for a GPU)
         self.reused = 0
         self.allocated = 0
 
@@ -71,7 +72,9 @@ class OutputPool:
                 self.reused += 1
                 return buf[:rows]
         bufs[:] = [b for b in bufs if not b.is_shared()]
-        buf = empty_large((rows + int(rows * SLACK), *row_shape), dtype)
+        shape = (rows + int(rows * SLACK), *row_shape)
+        buf = torch.empty(shape, dtype=dtype, pin_memory=True) if self.pinned \
+            else empty_large(shape, dtype)
         if not self._idle:
             self._idle = _holders(buf)
         if len(bufs) >= self.keep:  # a free one too small, else the oldest busy one
@@ -83,6 +86,15 @@ class OutputPool:
 
     def _free(self, buf: Tensor) -> bool:
         return _holders(buf) == self._idle and not buf.is_shared()
+
+    def pin(self) -> None:
+        """Keeps new buffers in page-locked memory from now on (a non-blocking copy to a
+        GPU then reads them directly, with no copy into pinned memory first); buffers
+        kept so far are dropped. Whoever copies a buffer to a GPU holds it (and so keeps
+        the pool from reusing it) until that copy has run."""
+        if not self.pinned:
+            self.pinned = True
+            self.clear()
 
     def clear(self) -> None:
         """Drops every kept buffer (batches handed out keep theirs)."""
