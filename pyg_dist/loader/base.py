@@ -31,6 +31,7 @@ from pyg_dist.loader.inputs import LOCAL_ERRORS, LoaderInput
 from pyg_dist.loader.iterators import BatchChannel, LoopIterator, PassIterator, WorkerIterator
 from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
 from pyg_dist.loader.seeds import EpochPlan
+from pyg_dist.loader.transfer import DeviceTransfer
 from pyg_dist.loader.state import VERSION, LoaderState, digest
 from pyg_dist.loader.stats import LoaderStats, StatsRecorder
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
@@ -142,7 +143,7 @@ class DistLoader:
         self.device = check_device(device)
         self.pin_memory = pin_memory if pin_memory is not None else (
             self.device is not None and self.device.type == "cuda")
-        self._copying: Optional[Tuple[Any, list]] = None
+        self._transfer = DeviceTransfer(self.device, self.pin_memory)
         if self.pin_memory and num_workers == 0 and self.device is not None and \
                 self.device.type == "cuda":  # rows gathered straight into pinned buffers
             self.sampler.fetcher.outputs.pin()
@@ -287,29 +288,12 @@ class DistLoader:
     def _finish(self, batch: Batch) -> Batch:
         if self.transform is not None:
             batch = self.transform(batch)
-        if self.pin_memory:
-            batch = batch.pin_memory()
-        if self.device is not None:
-            held = [v for store in batch.stores for v in store.values()
-                    if isinstance(v, Tensor)] if self.pin_memory else None
-            batch = batch.to(self.device, non_blocking=True)  # in place
-            if held and self.device.type == "cuda":
-                self._hold_until_copied(held)
+        batch = self._transfer(batch)
         for store in batch.node_stores:  # emb(batch.n_id) then translates nothing
             n_id, part = getattr(store, "n_id", None), getattr(store, "part_n_id", None)
             if isinstance(n_id, Tensor) and isinstance(part, Tensor):
                 BATCH_IDS.remember(n_id, part)
         return batch
-
-    def _hold_until_copied(self, held: list) -> None:
-        """Keeps a batch's pinned CPU tensors until their non-blocking copy to the GPU has
-        run: the sampler's output pool reuses a buffer only once nothing holds it. The
-        previous batch's are let go here (its copy finished long ago; waited for if not)."""
-        event = torch.cuda.Event()
-        event.record()
-        previous, self._copying = self._copying, (event, held)
-        if previous is not None:
-            previous[0].synchronize()
 
     @property
     def batch_timeout(self) -> float:
