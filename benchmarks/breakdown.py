@@ -57,9 +57,9 @@ GRAPHS = {"community_200k": (200_000, 20.0), "products_2.4m": (2_400_000, 50.0)}
 
 def _loader(root: str, cfg: bench.BenchConfig):
     from pyg_dist import DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
     from pyg_dist.store.ids import PartIds
-    from pyg_dist.typing import HOMO_NODE
+    from pyg_dist._typing import HOMO_NODE
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)

@@ -49,7 +49,7 @@ GRAPHS = {"community": (200_000, 20.0), "products": (2_400_000, 50.0)}
 
 def _samplers(root: str, cfg: BenchConfig):
     from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)

@@ -63,7 +63,7 @@ RATES = {"none": None, "10gbit": 10e9, "1gbit": 1e9, "100mbit": 100e6}
 def _build(root: str, num_nodes: int, avg_degree: float, feat_dim: int, parts: int,
            power_law: float) -> None:
     from pyg_dist import Partitioner
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets._synthetic import community_graph
 
     data = community_graph(num_nodes, avg_degree, feat_dim, seed=0, power_law=power_law)
     Partitioner(data, parts, root, method="metis", coarsen=True, overwrite=True,
@@ -216,7 +216,7 @@ def worker(args: argparse.Namespace) -> None:
     its figures to ``--result-dir``."""
     from pyg_dist import (DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore,
                           node_split, shutdown_rpc)
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
 
     ctx = DistContext.from_env(rpc_timeout=300)
     root = str(args.root)

@@ -61,12 +61,12 @@ SHARED_CORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "
 # ---- graphs -----------------------------------------------------------------------------
 def _load_graph(name: str):
     if name == "cora":
-        from pyg_dist.datasets.loading import load_planetoid
+        from pyg_dist.datasets._loading import load_planetoid
 
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(SHARED_CORA / "Cora", Path(tmp) / "Cora")
             return load_planetoid(tmp, "Cora")
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets._synthetic import community_graph
 
     nodes, degree, power_law = GRAPHS[name]
     return community_graph(nodes, degree, feat_dim=1, num_classes=47, seed=0,

@@ -82,7 +82,7 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
         num_parts (int): METIS partitions.
     """
     from pyg_dist import Partitioner
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets._synthetic import community_graph
 
     root = cache / f"{kind}_n{num_nodes}_d{avg_degree:g}_f{feat_dim}_p{num_parts}_s{seed}"
     if (root / "META.json").exists():
@@ -103,7 +103,7 @@ def open_sampler(root: str, cfg: BenchConfig):
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
     pid = ctx.partition_id(io.read_meta(Path(root)).num_parts)
     data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
     sampler = DistNeighborSampler(data, num_neighbors=cfg.fanout, current_ctx=ctx,

@@ -47,7 +47,7 @@ def translation_job(root: str, fanout: List[int], batch_size: int, timeout: floa
 
     from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                           node_split)
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
     from pyg_dist.loader.ids import cpu_group
     from pyg_dist.rpc import shutdown_rpc
 

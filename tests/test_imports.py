@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / "pyg_dist"
 # layers only; packages that share a layer may not import each other.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     # names, the base exception, progress lines and memory probes: they import nothing of ours
-    ("typing", ("typing", "errors", "madvise", "memory", "progress")),
+    ("typing", ("_typing", "errors", "_madvise", "memory", "_progress")),
     # the on-disk partition format: META, schema, id maps, validation, atomic files
     ("format", ("format",)),
     # offline: named datasets (Planetoid, OGB, synthetic) loaded as Data/HeteroData

@@ -29,7 +29,7 @@ The old keywords stay as a thin mapping onto ``state``: ``model=m`` is
 ``sparse_optimizers.<its tables' names joined by +>``; ``extra=d`` is ``{"extra": d}``
 (also :attr:`CheckpointInfo.extra`).
 
-A save is atomic (:mod:`pyg_dist.format.files`: a new version folder, then ``LATEST``):
+A save is atomic (:mod:`pyg_dist.format._files`: a new version folder, then ``LATEST``):
 ``LATEST`` only ever names a complete version, which stays on disk until a newer complete
 one is published, so a crash at any moment of a save leaves a loadable checkpoint (the
 phases and what a failure in each leaves: :mod:`pyg_dist.checkpoint.versions`); the

@@ -13,7 +13,7 @@
                                 values, where each sharded tensor's rows are, and the
                                 digest of every other file of the version
 
-Versions and ``LATEST`` are :mod:`pyg_dist.format.files`'s versioned folders: a save writes
+Versions and ``LATEST`` are :mod:`pyg_dist.format._files`'s versioned folders: a save writes
 a new version, ``info.json`` once every rank finished, then replaces ``LATEST`` atomically,
 then removes versions beyond the newest ``keep``. ``LATEST`` only ever names a complete
 version, which stays on disk until a newer complete one is published (the phases of a save
@@ -36,9 +36,9 @@ from torch import Tensor
 from pyg_dist.checkpoint.entries import KINDS
 from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.sharded import TensorEntry
-from pyg_dist.format import files as fs
-from pyg_dist.format.digest import DigestMismatch, check_file, file_digest
-from pyg_dist.format.jsonio import read_json
+from pyg_dist.format import _files as fs
+from pyg_dist.format._digest import DigestMismatch, check_file, file_digest
+from pyg_dist.format._jsonio import read_json
 from pyg_dist.loader.state import LoaderState
 
 LATEST = fs.LATEST

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.checkpoint.errors import CheckpointError
-from pyg_dist.format import files as fs
+from pyg_dist.format import _files as fs
 
 MARK = "pyg_dist.checkpoint.sharded"
 _FILE = re.compile(r"shards/\d+_\d+_r\d+\.pt")

@@ -10,7 +10,7 @@ stays on disk until a newer complete one is published. In order, a save:
 4. computes the digests of every file, 5. writes ``info.json`` (rank 0; the version is
    complete), 6. switches ``LATEST`` to it (one atomic rename; the version is current),
 7. prunes older versions (never the one ``LATEST`` names, see
-   :func:`pyg_dist.format.files.prune`), 8. meets every rank once more.
+   :func:`pyg_dist.format._files.prune`), 8. meets every rank once more.
 
 A failure (a rank killed, a disk error) before step 6 leaves the previous version current
 (the new folder is removed, or left for the next save to remove); from step 6 on, the new
@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 from pyg_dist.checkpoint.dense import check_dense
 from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.files import INFO, MODEL, Info, verify_files, version_files
-from pyg_dist.format import files as fs
+from pyg_dist.format import _files as fs
 
 
 def complete(folder: Path) -> bool:

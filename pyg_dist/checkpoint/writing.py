@@ -25,7 +25,7 @@ from pyg_dist.checkpoint.entries import Entry
 from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.ranks import Ranks, restarts, same_everywhere
 from pyg_dist.checkpoint.sharded import TensorEntry, shard_file, split, write_rows
-from pyg_dist.format import files as fs
+from pyg_dist.format import _files as fs
 
 PathLike = Union[str, os.PathLike]
 

@@ -15,8 +15,8 @@ from pyg_dist.cli.common import Parser, UsageError, run_main
 from pyg_dist.cli.partition import summary_table
 from pyg_dist.convert.pickles import PygFormatError
 from pyg_dist.convert.pyg import convert_pyg_partitions
-from pyg_dist.datasets.errors import DatasetError
-from pyg_dist.format.meta import PartitionFormatError
+from pyg_dist.datasets._errors import DatasetError
+from pyg_dist.format._meta import PartitionFormatError
 
 PROG = "pyg-dist-convert"
 

@@ -17,18 +17,18 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.chunked import ChunkedGraph, read_chunked
 from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
-from pyg_dist.datasets.by_name import CHOICES, load_named
-from pyg_dist.datasets.errors import MissingDependencyError
-from pyg_dist.datasets.loading import load_graph_file
-from pyg_dist.datasets.pyg_extras import (ExtrasLayout, choose_labelled_type, extras_layout,
+from pyg_dist.datasets._by_name import CHOICES, load_named
+from pyg_dist.datasets._errors import MissingDependencyError
+from pyg_dist.datasets._loading import load_graph_file
+from pyg_dist.datasets._pyg_extras import (ExtrasLayout, choose_labelled_type, extras_layout,
                                           labelled_node_type, write_pyg_extras)
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.api import (DEFAULT_RANK_BUDGET, PartitionResult, check_request,
                                     env_world_size, partition)
 from pyg_dist.partition.options import PartitionOptions
 from pyg_dist.partition.outofcore.budget import format_size, parse_size, peak_rss_bytes
-from pyg_dist.progress import step
+from pyg_dist._progress import step
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
 

@@ -12,9 +12,9 @@ folder ``<dir>/<name>-partitions``::
 them into labels and boolean ``<split>_mask`` attributes of the original graph, so the
 converted partitions carry the splits. Writing them back beside one of our partition
 folders, in the same original ids, is
-:func:`pyg_dist.datasets.pyg_extras.write_pyg_extras` (shared with
+:func:`pyg_dist.datasets._pyg_extras.write_pyg_extras` (shared with
 ``pyg-dist-partition --pyg-extras``); the paths are its
-:class:`~pyg_dist.datasets.pyg_extras.ExtrasLayout`.
+:class:`~pyg_dist.datasets._pyg_extras.ExtrasLayout`.
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.convert.pickles import PickleLoader, PygFormatError
 from pyg_dist.convert.pyg_layout import check_range, index_tensor
-from pyg_dist.datasets.pyg_extras import SUFFIX, ExtrasLayout
-from pyg_dist.typing import HOMO_NODE, NodeType
+from pyg_dist.datasets._pyg_extras import SUFFIX, ExtrasLayout
+from pyg_dist._typing import HOMO_NODE, NodeType
 
 SPLITS = ("train", "val", "test")
 _CHUNK = re.compile(r"partition(\d+)\.pt")

@@ -20,10 +20,10 @@ from pyg_dist.convert.extras import PygExtras, extras_layout_of
 from pyg_dist.convert.pickles import PickleLoader, PygFormatError
 from pyg_dist.convert.pyg_graph import PygGraphReader
 from pyg_dist.convert.pyg_layout import PygLayout
-from pyg_dist.datasets.pyg_extras import ExtrasLayout, extras_layout, write_pyg_extras
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.datasets._pyg_extras import ExtrasLayout, extras_layout, write_pyg_extras
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.partitioner import Partitioner
-from pyg_dist.typing import HOMO_NODE, NodeType
+from pyg_dist._typing import HOMO_NODE, NodeType
 
 
 @dataclass
@@ -88,7 +88,7 @@ def convert_pyg_partitions(input: Union[str, Path], out: Union[str, Path],
             :class:`~pyg_dist.convert.pickles.UntrustedPickleError`.
         overwrite (bool): replace a non-empty ``out`` (and extras files beside it).
         pyg_extras (bool): also write labels and split chunks beside ``out`` in the
-            dataset's original ids (:func:`pyg_dist.datasets.pyg_extras.write_pyg_extras`, as
+            dataset's original ids (:func:`pyg_dist.datasets._pyg_extras.write_pyg_extras`, as
             ``pyg-dist-partition --pyg-extras`` does); needs ``label.pt`` beside ``input``.
         label_node_type (str, optional): the node type of the extras of a heterogeneous
             graph (default: the one with as many nodes as ``label.pt`` has rows).

@@ -29,8 +29,8 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.convert.pickles import PickleLoader, PygFormatError
 from pyg_dist.convert.pyg_layout import PygLayout, check_range, index_tensor
-from pyg_dist.progress import track
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key
+from pyg_dist._progress import track
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key
 
 
 @dataclass

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.convert.pickles import PickleLoader, PygFormatError
-from pyg_dist.format.jsonio import read_json
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key
+from pyg_dist.format._jsonio import read_json
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key
 
 META_FILE = "META.json"
 PART_FILES = ("graph.pt", "node_feats.pt", "edge_feats.pt")

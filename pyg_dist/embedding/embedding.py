@@ -78,7 +78,7 @@ class DistEmbedding:
                  relabelled: bool = False) -> Tensor:
         """Rows of ``ids`` (any integer tensor shape): the dataset's original node ids
         when the table follows a partitioned graph (``partition=`` a
-        :class:`~pyg_dist.format.meta.PartitionMeta`, see :class:`DistTensor`), else
+        :class:`~pyg_dist.format._meta.PartitionMeta`, see :class:`DistTensor`), else
         row ids. ``emb(batch.n_id)`` is served from the batch's own translation and
         the rows of this rank's partition are local.
 

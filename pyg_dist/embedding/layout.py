@@ -22,8 +22,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._book import RangeBook
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.sampler.id_lookup import relabel
 from pyg_dist.rpc import runtime
 

@@ -10,8 +10,8 @@ from torch import Tensor
 from pyg_dist.embedding import shards
 from pyg_dist.embedding.comm import Comm
 from pyg_dist.embedding.layout import GraphRows, PartitionLike, ShardLayout, resolve_book
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._book import RangeBook
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc.routing import RemoteResponseError, fan_out, split_by_owner
 from pyg_dist.store.ids import BATCH_IDS
 
@@ -35,7 +35,7 @@ class DistTensor:
     last value given for an id wins).
 
     **Which ids.** A tensor created with ``partition=`` a
-    :class:`~pyg_dist.format.meta.PartitionMeta` holds one row per node of the graph and
+    :class:`~pyg_dist.format._meta.PartitionMeta` holds one row per node of the graph and
     is indexed by the dataset's **original** node ids, like every id at pyg_dist's API
     (:mod:`pyg_dist.store.ids`); each row lives with its node's owner. Ids are
     translated without an extra round trip on the common paths: a batch's ``n_id``
@@ -43,7 +43,7 @@ class DistTensor:
     mapped id table); other ids are asked of the other partitions first (one request
     per partition). :meth:`read`/:meth:`write` with ``relabelled=True`` take the
     internal (relabelled) ids instead, e.g. ``batch.part_n_id``. A tensor laid out by
-    a :class:`~pyg_dist.format.book.RangeBook`, by offsets or evenly is indexed by its
+    a :class:`~pyg_dist.format._book.RangeBook`, by offsets or evenly is indexed by its
     row ids as given (for a graph's node book, the relabelled ids). Creation is collective:
     every rank must create the same tensors in the same order. A named tensor created
     again (with the same shape, dtype and layout) refers to the same rows and is not
@@ -188,7 +188,7 @@ class DistTensor:
     @property
     def follows_graph(self) -> bool:
         """Whether rows are graph nodes indexed by original ids (``partition=`` a
-        :class:`~pyg_dist.format.meta.PartitionMeta`)."""
+        :class:`~pyg_dist.format._meta.PartitionMeta`)."""
         return self._graph is not None
 
     def __getitem__(self, index: Index) -> Tensor:

@@ -19,7 +19,7 @@ from pyg_dist.inference import gcn
 from pyg_dist.inference.spec import SAMPLED_HINT, NotLayerwiseError
 from pyg_dist.inference.stage import Stage
 from pyg_dist.inference.subgraph import OneHop
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 # layers that take (source rows, destination rows) and compute destination rows only
 BIPARTITE = (SAGEConv, GINConv)

@@ -4,7 +4,7 @@ The format is :mod:`pyg_dist.inference.manifest`'s. Every partition's file pair 
 written by the first rank serving it (it reads its partition-mates' rows), and the
 whole folder appears at once: the pairs are written into a hidden temporary folder
 next to ``DIR`` that one process renames to ``DIR`` after every pair is complete
-(:func:`~pyg_dist.format.files.atomic_dir`), so a killed export leaves the previous
+(:func:`~pyg_dist.format._files.atomic_dir`), so a killed export leaves the previous
 export (or nothing), never a half-written one.
 
 Which ranks share a folder is found out, not configured: every rank drops a marker
@@ -27,11 +27,11 @@ from pyg_dist.embedding import DistTensor
 from pyg_dist.embedding.comm import Comm
 from pyg_dist.inference import manifest as fmt
 from pyg_dist.inference import rows
-from pyg_dist.format import files, io
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format import _files as files, _partition_io as io
+from pyg_dist.format._id_maps import read_part_ids
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import DistContext
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 PathLike = Union[str, Path]
 Result = Union[DistTensor, Mapping[NodeType, DistTensor]]

@@ -25,10 +25,10 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch_geometric.nn.conv import MessagePassing
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.inference.spec import SAMPLED_HINT, NotLayerwiseError
 from pyg_dist.inference.stage import Combine, Plan, Stage
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 Call = Tuple[Node, EdgeType]
 

@@ -28,19 +28,19 @@ from torch import Tensor
 
 from pyg_dist.embedding import DistTensor
 from pyg_dist.embedding.comm import Comm
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.inference import gcn, rows
 from pyg_dist.inference.batch import Inputs, probe_width, stage_batch
 from pyg_dist.inference.plan import plan_of
 from pyg_dist.inference.spec import NotLayerwiseError
 from pyg_dist.inference.stage import Plan, Stage
 from pyg_dist.inference.subgraph import OneHop, one_hop, ranges
-from pyg_dist.progress import track
+from pyg_dist._progress import track
 from pyg_dist.rpc import DistContext
 from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 Device = Union[str, torch.device, None]
 Result = Union[DistTensor, Dict[NodeType, DistTensor]]

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Tuple, Union
 import numpy as np
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.format.jsonio import read_json
+from pyg_dist.format._jsonio import read_json
 
 FORMAT = "pyg_dist-export"
 VERSION = 1

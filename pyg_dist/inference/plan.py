@@ -21,12 +21,12 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv.hetero_conv import group
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.inference.fx import fx_plan
 from pyg_dist.inference.spec import (LayerwiseSpec, NotLayerwiseError, edge_modules, layer_aggr,
                                      spec_of)
 from pyg_dist.inference.stage import Combine, Plan, Stage
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 __all__ = ["Plan", "Stage", "plan_of", "spec_plan"]
 

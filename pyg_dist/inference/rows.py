@@ -20,12 +20,12 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.format.book import RangeBook
-from pyg_dist.madvise import MADV_DONTNEED, advise
+from pyg_dist.format._book import RangeBook
+from pyg_dist._madvise import MADV_DONTNEED, advise
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 _RUNS = itertools.count()
 

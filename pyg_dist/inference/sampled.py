@@ -27,12 +27,12 @@ from pyg_dist.inference import rows
 from pyg_dist.inference.sampled_types import (count_fetches, output_types, seed_rows,
                                                 seeds_store)
 from pyg_dist.loader import DistNeighborLoader
-from pyg_dist.progress import track
+from pyg_dist._progress import track
 from pyg_dist.rpc import DistContext
 from pyg_dist.sampler.neighbor_sampler import unpack_stores
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 Device = Union[str, torch.device, None]
 Result = Union[DistTensor, Dict[NodeType, DistTensor]]

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from pyg_dist.inference import rows
 from pyg_dist.store import LocalGraphStore
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 
 def output_types(graph: LocalGraphStore,

@@ -39,7 +39,7 @@ from torch_geometric.nn import norm as pyg_norm
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.typing import EdgeType
+from pyg_dist._typing import EdgeType
 
 AfterFunc = Callable[[int, Any], Any]
 

@@ -7,7 +7,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 # combine(node_type, the destinations' input rows or None, {edge type: output rows})
 #   -> the node type's output rows, or None: the stage gives the type no output

@@ -44,7 +44,7 @@ from pyg_dist.sampler.serving import partitioning
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalGraphStore
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 _LOCAL_ERRORS = (ValueError, TypeError, KeyError, IndexError, NotImplementedError)
 

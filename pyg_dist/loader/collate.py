@@ -20,10 +20,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.sampler.types import (FeatureResponse, LinkSeeds, NodeSeeds, SampledBatch,
                                     SampledSubgraph)
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 
 Batch = Union[Data, HeteroData]
 

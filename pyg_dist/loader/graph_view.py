@@ -38,7 +38,7 @@ from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.ids import Group, PartIds, check_ids
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Seeds = Union[Tensor, Dict[NodeType, Tensor]]
 

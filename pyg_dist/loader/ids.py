@@ -27,7 +27,7 @@ from pyg_dist.rpc import runtime
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.rpc.process_group import ensure_process_group
 from pyg_dist.store.ids import PartIds
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 
 def gather_all(values: Tensor, world_size: int, group: Optional[object]) -> List[Tensor]:

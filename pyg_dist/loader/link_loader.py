@@ -15,7 +15,7 @@ from pyg_dist.loader.seeds import stored_edges
 from pyg_dist.store.ids import PartIds, check_ids
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import EdgeType
+from pyg_dist._typing import EdgeType
 
 EdgeLabelIndex = Union[None, Tensor, EdgeType, Tuple[EdgeType, Optional[Tensor]]]
 

@@ -13,7 +13,7 @@ from pyg_dist.loader.ids import check_labels, to_relabelled
 from pyg_dist.store.ids import PartIds, check_ids
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 InputNodes = Union[None, NodeType, Tensor, Sequence[int], Tuple[NodeType, Optional[Tensor]]]
 

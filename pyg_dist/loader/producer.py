@@ -14,7 +14,7 @@ from pyg_dist.sampler import timing
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 
 @dataclass

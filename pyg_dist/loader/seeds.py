@@ -18,7 +18,7 @@ from pyg_dist.loader.ids import cpu_group, gather_all, to_original
 from pyg_dist.rpc.context import DistContext
 from pyg_dist.store.ids import PartIds
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 Stores = Tuple[LocalFeatureStore, LocalGraphStore]
 

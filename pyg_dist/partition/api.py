@@ -18,10 +18,10 @@ import torch.distributed as dist
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.chunked.assemble import to_data
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.chunked._assemble import to_data
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.common import PartitionTimings
-from pyg_dist.datasets.errors import MissingDependencyError
+from pyg_dist.datasets._errors import MissingDependencyError
 from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
 from pyg_dist.partition.distributed.launch import join_ranks
 from pyg_dist.partition.options import (MODES, PartitionOptionError, PartitionOptions,

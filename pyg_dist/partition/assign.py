@@ -16,7 +16,7 @@ from pyg_dist.partition.coarsen import (cluster, contract, deal_clusters,
                                         refine)
 from pyg_dist.partition.common import node_groups, split_by_type
 from pyg_dist.partition.kernels import move_gain
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 from pyg_dist.memory import available_memory
 
 CLUSTERS_PER_PART = 256  # with coarsen: the size cap keeps at least this many per part

@@ -12,15 +12,15 @@ from typing import Dict, Mapping, Protocol, Tuple
 
 import numpy as np
 
-from pyg_dist.format.meta import AttrSpec
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist.format._meta import AttrSpec
+from pyg_dist._typing import EdgeType, NodeType
 
 Offsets = Dict[NodeType, Tuple[int, ...]]
 
 
 class GraphSchema(Protocol):
     """What the pipeline's writer needs to know of a graph before reading any of it:
-    types, counts and attribute specs. Both :class:`~pyg_dist.format.tables.GraphTables`
+    types, counts and attribute specs. Both :class:`~pyg_dist.format._tables.GraphTables`
     (a ``Data``/``HeteroData`` in memory) and
     :class:`~pyg_dist.partition.outofcore.source.ChunkedSource` (a chunked folder)
     provide it.

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from pyg_dist.partition.assign import AssignInput, Assignment, AssignOptions
-from pyg_dist.typing import HOMO_NODE, NodeType
+from pyg_dist._typing import HOMO_NODE, NodeType
 
 
 def check_given(num_nodes: Mapping[NodeType, int], is_hetero: bool, num_parts: int,

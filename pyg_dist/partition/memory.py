@@ -18,9 +18,9 @@ from pyg_dist.partition.assigners import run_assigner
 from pyg_dist.partition.common import NodeOrder, type_offsets
 from pyg_dist.partition.kernels import EdgeBlock, csc_order, gather_sources, symmetric_csr
 from pyg_dist.partition.pipeline import Edges, Nodes, WholeGraphStages
-from pyg_dist.format.tables import GraphTables
+from pyg_dist.format._tables import GraphTables
 from pyg_dist.partition.writer import PartHalo, PartPieces
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional, Union
 
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.assign import AssignOptions
 from pyg_dist.partition.given import check_given
 from pyg_dist.partition.common import PartitionTimings
@@ -24,7 +24,7 @@ from pyg_dist.partition.kaminpar_assign import kaminpar_module
 from pyg_dist.partition.memory import MemoryStages
 from pyg_dist.partition.options import PartitionOptions, check_options, method_label
 from pyg_dist.partition.pipeline import RunOptions, run_pipeline
-from pyg_dist.format.tables import GraphTables
+from pyg_dist.format._tables import GraphTables
 
 __all__ = ["Partitioner", "PartitionTimings"]
 

@@ -29,15 +29,15 @@ from typing import (Any, ContextManager, Dict, Iterator, List, Mapping, Protocol
 
 import numpy as np
 
-from pyg_dist.format import files, io
-from pyg_dist.format.identity import part_digest, partition_uid
-from pyg_dist.format.meta import PartitionMeta, PartStats
+from pyg_dist.format import _files as files, _partition_io as io
+from pyg_dist.format._identity import part_digest, partition_uid
+from pyg_dist.format._meta import PartitionMeta, PartStats
 from pyg_dist.partition.common import (GraphSchema, Laps, NodeOrder, PartitionTimings, Ranges,
                                        part_ids)
-from pyg_dist.progress import step, track
+from pyg_dist._progress import step, track
 from pyg_dist.partition.writer import Array, PartHalo, PartPieces, graph_meta, part_halo, \
     write_part
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 T = TypeVar("T")
 Nodes = Mapping[NodeType, Ranges]
@@ -141,7 +141,7 @@ class Team(Protocol):
 
 class OneProcess:
     """The :class:`Team` of a single process: it writes every partition, and its
-    output folder is :func:`~pyg_dist.format.files.atomic_dir`."""
+    output folder is :func:`~pyg_dist.format._files.atomic_dir`."""
     bars = True
 
     def output(self, root: Path, overwrite: bool) -> ContextManager[Path]:

@@ -13,12 +13,12 @@ from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from pyg_dist.format import io
-from pyg_dist.format.digest import ALGORITHM
-from pyg_dist.format.meta import PartitionMeta, PartStats
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._digest import ALGORITHM
+from pyg_dist.format._meta import PartitionMeta, PartStats
 from pyg_dist.partition.common import GraphSchema, Offsets, plain
 from pyg_dist.partition.kernels import outside_nodes, sorted_unique
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Array = Union[np.ndarray, torch.Tensor]
 

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.types import SampledSubgraph
-from pyg_dist.typing import EdgeType
+from pyg_dist._typing import EdgeType
 
 
 def _union(row: Tensor, col: Tensor, rev_row: Tensor, rev_col: Tensor,

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 Budget = Union[int, float, None]
 

@@ -3,14 +3,14 @@
 A ``.pt`` file (``torch.save``; read with ``weights_only=True`` and mapped): ``format``,
 ``version``, ``ids`` (per node type, sorted global ids), ``rows`` (per node type and
 attribute, one row per id) and ``digest``, a content digest of ids and rows
-(:func:`payload_digest`, :mod:`pyg_dist.format.digest`) checked when a process adopts
+(:func:`payload_digest`, :mod:`pyg_dist.format._digest`) checked when a process adopts
 the file, so bytes edited in place (mtime restored or not) are refused.
 
 Written under a random name, ``0600``. Every file a cleaner (:func:`clean_stale`, of any
 job on the machine) may remove is locked from the instant it has a name the cleaner
 matches: the writer creates it under a name no cleaner matches (``NEW_PREFIX``), takes
 its shared ``flock``, and only then renames it to the temporary name and, once written,
-to its final name (:func:`pyg_dist.format.files.replace_synced`). Every process mapping
+to its final name (:func:`pyg_dist.format._files.replace_synced`). Every process mapping
 it holds a shared ``flock`` too, and the last to let go removes it (see :func:`holder`).
 """
 from __future__ import annotations
@@ -27,11 +27,11 @@ import torch
 from torch import Tensor
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.format import files
-from pyg_dist.format.digest import bytes_digest
+from pyg_dist.format import _files as files
+from pyg_dist.format._digest import bytes_digest
 from pyg_dist.sampler.cache import FeatureCache
 from pyg_dist.store.source import FileId
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 log = logging.getLogger("pyg_dist")
 

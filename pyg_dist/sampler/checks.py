@@ -19,7 +19,7 @@ from torch import Tensor
 
 from pyg_dist.rpc.routing import RemoteResponseError
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 

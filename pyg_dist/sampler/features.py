@@ -25,22 +25,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._book import RangeBook
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out, split_by_owner
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
 from pyg_dist.sampler.checks import (RowLayout, check_direct_rows,
                                     check_feature_response, check_index)
 from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.madvise import empty_large
+from pyg_dist._madvise import empty_large
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.node_index import NodeIndex
 from pyg_dist.sampler.rows import Rows, place, place_cast
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
 from pyg_dist.sampler.wire import WireSpec, plan
 from pyg_dist.sampler import timing
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]
 

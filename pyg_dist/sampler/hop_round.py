@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc.routing import fan_out
 from pyg_dist.rpc.runtime import RpcGroup
 from pyg_dist.sampler.checks import check_hop_response

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from pyg_dist.sampler.node_index import NodeIndex, NodeIndexPool
 from pyg_dist.sampler.types import HopRequest, HopResponse, SampledSubgraph
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 ID_BITS = 40
 ID_MASK = (1 << ID_BITS) - 1

@@ -15,7 +15,7 @@ from typing import Any, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc.routing import RemoteResponseError, fan_out
 from pyg_dist.rpc.runtime import RpcGroup

@@ -18,10 +18,10 @@ from typing import Dict, List, Protocol, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.sampler.node_index import NodeIndex
 from pyg_dist.sampler.types import HopRequest, HopResponse, SampledSubgraph
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 Plan = Dict[int, Tuple[HopRequest, List[Tuple[EdgeType, Tensor]]]]
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.madvise import empty_large
+from pyg_dist._madvise import empty_large
 from pyg_dist.sampler.checks import check_csc, check_sample_args
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, SampledHop, prefetch
 

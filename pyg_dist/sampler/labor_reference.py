@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.labor import hop_seed, type_seed, variates
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 __all__ = ["LaborSample", "labor_sample"]
 

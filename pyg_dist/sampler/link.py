@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc.routing import fan_out
 from pyg_dist.rpc.runtime import RpcGroup
@@ -23,7 +23,7 @@ from pyg_dist.sampler.checks import RemoteResponseError
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig
 from pyg_dist.store import LocalGraphStore
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 NEGATIVE_ROUNDS = 3
 

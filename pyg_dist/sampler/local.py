@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.format.schema import PartitionFormatError
+from pyg_dist.format._schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.store.ids import PartIds
@@ -21,7 +21,7 @@ from pyg_dist.sampler.labor import sample_labor_hop, source_keys, type_seed
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler.wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 
 class LocalSampler:

@@ -16,8 +16,8 @@ from torch import Tensor
 from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput,
                                      NegativeSampling, NodeSamplerInput, SamplerOutput)
 
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.madvise import keep_freed_memory
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist._madvise import keep_freed_memory
 from pyg_dist.rpc.context import DistContext, check_context
 from pyg_dist.rpc.routing import split_by_owner
 from pyg_dist.sampler.bidirectional import bidirectional
@@ -40,7 +40,7 @@ from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store.ids import check_ids
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
 
 log = logging.getLogger("pyg_dist")
 

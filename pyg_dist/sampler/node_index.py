@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.madvise import full_large
+from pyg_dist._madvise import full_large
 from pyg_dist.sampler.kernels import PREFETCH_AHEAD, prefetch
 
 _EMPTY = -1

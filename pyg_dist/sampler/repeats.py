@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler.types import SampledSubgraph
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 
 def first_occurrences(ids: Tensor) -> Optional[Tensor]:

@@ -40,7 +40,7 @@ from pyg_dist.sampler.cache_file import (SharedCacheError, check_digest, check_p
                                          holder, write)
 from pyg_dist.sampler.direct import machine_id
 from pyg_dist.store.source import FileId
-from pyg_dist.typing import NodeType
+from pyg_dist._typing import NodeType
 
 log = logging.getLogger("pyg_dist")
 

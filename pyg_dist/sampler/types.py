@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 from torch import Tensor
 
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
 SAMPLING_STRATEGIES = ("neighbor", "labor")

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]
 WireType = Union[None, str, torch.dtype]

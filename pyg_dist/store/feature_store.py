@@ -9,16 +9,16 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from pyg_dist.format import io, validate
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.manifest import check_files
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.madvise import MADV_DONTNEED, advise
+from pyg_dist.format import _partition_io as io, _validate as validate
+from pyg_dist.format._book import RangeBook
+from pyg_dist.format._part_manifest import check_files
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist._madvise import MADV_DONTNEED, advise
 from pyg_dist.store.ids import OwnedIds, PartitionIds
 from pyg_dist.store.memory import MemoryFeatures, feature_group
 from pyg_dist.store.pyg_features import PygFeatureApi, tensor_attrs
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 
@@ -110,7 +110,7 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
 
         The partition's ``graph.pt`` must carry the ``uid`` of ``META.json`` (read
         without loading its tensors), and every loaded tensor is checked against
-        ``META.json`` (:mod:`pyg_dist.format.validate`): one row per owned id,
+        ``META.json`` (:mod:`pyg_dist.format._validate`): one row per owned id,
         dtype and per-row shape as declared, split ids in the owned range.
 
         Args:
@@ -127,11 +127,11 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
                 default ``False`` keeps a mapped open constant-time). Files read in full
                 (``splits.pt`` always, the feature files with ``mmap=False``) are always
                 checked against the digests their ``MANIFEST.json`` records, and every
-                file's size is (:mod:`pyg_dist.format.manifest`).
+                file's size is (:mod:`pyg_dist.format._part_manifest`).
 
         Raises:
             PartitionFormatError: naming the file and the problem
-                (:class:`~pyg_dist.format.manifest.PartitionDigestError` when its
+                (:class:`~pyg_dist.format._part_manifest.PartitionDigestError` when its
                 bytes differ from the digest recorded at write time).
             TypeError: ``root``, ``pid``, ``mmap`` or ``verify`` of the wrong type.
         """

@@ -11,16 +11,16 @@ from torch_geometric.data import EdgeAttr, GraphStore
 from torch_geometric.data.graph_store import ConversionOutputType, EdgeLayout
 from torch_geometric.typing import EdgeTensorType, OptTensor
 
-from pyg_dist.format import io
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.manifest import check_files
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.format.validate import check_graph, check_uid
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._book import RangeBook
+from pyg_dist.format._part_manifest import check_files
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist.format._validate import check_graph, check_uid
 from pyg_dist.store.ids import PartitionIds
 from pyg_dist.store.memory import MemoryEdges
 from pyg_dist.store.pyg_graph import PygGraphApi
 from pyg_dist.store.source import FileId, PartitionSource, advise_rows
-from pyg_dist.typing import EdgeType, NodeType, edge_type_of
+from pyg_dist._typing import EdgeType, NodeType, edge_type_of
 
 
 @dataclass
@@ -117,12 +117,12 @@ class LocalGraphStore(PygGraphApi, GraphStore):
                        verify: bool = False) -> "LocalGraphStore":
         """Opens partition ``pid`` of the partition folder ``root``.
 
-        Everything loaded is checked first (:func:`~pyg_dist.format.validate.check_graph`):
+        Everything loaded is checked first (:func:`~pyg_dist.format._validate.check_graph`):
         structure, dtypes, monotonic ``indptr``, and that the partition has the ``uid``
         of ``META.json``; with ``mmap=False`` also every source id (with ``mmap=True``
         samplers check the ids they read). ``graph.pt`` must have the size its
         ``MANIFEST.json`` records and, when it is read in full (``mmap=False`` or
-        ``verify=True``), its digest (:mod:`pyg_dist.format.manifest`).
+        ``verify=True``), its digest (:mod:`pyg_dist.format._part_manifest`).
 
         Args:
             root (str or Path): the partition folder.
@@ -136,7 +136,7 @@ class LocalGraphStore(PygGraphApi, GraphStore):
 
         Raises:
             PartitionFormatError: naming the file and the problem
-                (:class:`~pyg_dist.format.manifest.PartitionDigestError` when its
+                (:class:`~pyg_dist.format._part_manifest.PartitionDigestError` when its
                 bytes differ from the digest recorded at write time).
             TypeError: ``root``, ``pid``, ``mmap`` or ``verify`` of the wrong type.
         """

@@ -11,7 +11,7 @@ internal; they are available under explicit names (``batch.part_n_id``/``part_e_
 ``relabelled=True``, :meth:`LocalFeatureStore.gather`).
 
 **The tables.** ``part_<p>/node_ids.pt`` / ``edge_ids.pt`` (format v2; v1's root maps
-are read by :func:`~pyg_dist.format.id_maps.read_part_ids`) hold the original id of
+are read by :func:`~pyg_dist.format._id_maps.read_part_ids`) hold the original id of
 every row partition ``p`` owns, in row order, *mapped*: every process of a machine
 shares one copy in the page cache (4 bytes per owned node and per owned edge, int32,
 where every id of the file fits, else 8; never a private copy of the whole graph). :class:`OwnedIds` answers for one type of one
@@ -37,9 +37,9 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist.format._id_maps import read_part_ids
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 

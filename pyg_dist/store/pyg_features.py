@@ -16,7 +16,7 @@ from torch_geometric.data import TensorAttr
 
 from pyg_dist.store.memory import MemoryFeatures, check_global_ids, feature_group
 from pyg_dist.store.pyg_surface import PartitionAttributes
-from pyg_dist.typing import PYG_HOMO_EDGE, EdgeType, NodeType, edge_key
+from pyg_dist._typing import PYG_HOMO_EDGE, EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 

@@ -15,7 +15,7 @@ from torch_geometric.utils import sort_edge_index
 
 from pyg_dist.store.memory import MemoryEdges, edge_group
 from pyg_dist.store.pyg_surface import PartitionAttributes
-from pyg_dist.typing import EdgeType, NodeType, edge_type_of
+from pyg_dist._typing import EdgeType, NodeType, edge_type_of
 
 
 class PygGraphApi(PartitionAttributes):

@@ -18,9 +18,9 @@ from typing import Any, Dict, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.store.ids import PartitionIds, check_ids
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Book = Union["OriginalBook", Dict[Any, "OriginalBook"], Tensor, None]
 

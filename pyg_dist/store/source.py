@@ -20,8 +20,8 @@ from typing import Iterable, Tuple, Union
 
 from torch import Tensor
 
-from pyg_dist.madvise import MADV_RANDOM, advise
-from pyg_dist.format.schema import PartitionFormatError
+from pyg_dist._madvise import MADV_RANDOM, advise
+from pyg_dist.format._schema import PartitionFormatError
 
 #: ``random`` (default): feature rows are read by id, so reading ahead around a page
 #: fault only evicts useful pages when memory is short; ``none``: the kernel's default

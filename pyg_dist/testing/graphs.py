@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 
 
 def encode_ids(data: Union[Data, HeteroData]) -> Union[Data, HeteroData]:

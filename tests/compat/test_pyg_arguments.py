@@ -14,7 +14,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_dist import (DistContext, DistNeighborLoader, DistNeighborSampler, LocalFeatureStore,
                       LocalGraphStore, Partitioner, shutdown_rpc)
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets._synthetic import community_graph
 from pyg_dist.loader.compat import rendezvous_context
 from pyg_dist.rpc import runtime
 from pyg_dist.sampler import compat

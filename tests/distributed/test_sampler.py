@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.rpc import RpcPeerError, shutdown_rpc
 from pyg_dist.sampler.direct import ENV as DIRECT_ENV
 from pyg_dist.testing import run_ranks
 from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, edge_key
+from pyg_dist.format._id_maps import read_id_map
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 

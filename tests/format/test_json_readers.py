@@ -15,12 +15,12 @@ import torch
 from pyg_dist import LocalGraphStore, Partitioner, checkpoint
 from pyg_dist.checkpoint import CheckpointError
 from pyg_dist.checkpoint.files import INFO, Info
-from pyg_dist.chunked.errors import ChunkedFormatError
-from pyg_dist.chunked.metadata import ChunkedMeta
+from pyg_dist.chunked._errors import ChunkedFormatError
+from pyg_dist.chunked._metadata import ChunkedMeta
 from pyg_dist.convert import PygFormatError
 from pyg_dist.convert.pyg_layout import PygLayout
 from pyg_dist.format import PartitionFormatError
-from pyg_dist.format.manifest import MANIFEST_FILE
+from pyg_dist.format._part_manifest import MANIFEST_FILE
 from pyg_dist.inference import ExportFormatError, read_export
 from pyg_dist.testing.graphs import encode_ids
 
@@ -30,7 +30,7 @@ PICKLE = pickle.dumps({"format": "pyg_dist", "version": 2})
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets._synthetic import community_graph
 
     root = tmp_path_factory.mktemp("json_parts")
     Partitioner(encode_ids(community_graph(40, 3.0, 4, 2, seed=0)), 1, root,
@@ -97,7 +97,7 @@ def test_bad_json_is_one_line_naming_the_file(parts, tmp_path, reader, content):
 
 @pytest.mark.parametrize("content", [DEEP.encode(), PICKLE], ids=["nested", "pickled"])
 def test_a_malformed_writer_record_is_no_writer(tmp_path, content):
-    from pyg_dist.format.leftovers import Writer
+    from pyg_dist.format._leftovers import Writer
 
     path = tmp_path / ".out.owner"
     path.write_bytes(content)

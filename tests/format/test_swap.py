@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_dist.format import files
+from pyg_dist.format import _files as files
 
 
 def _folder(path: Path, text: str) -> Path:

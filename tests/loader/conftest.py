@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets._synthetic import community_graph
 from pyg_dist.testing.graphs import encode_ids
 
 

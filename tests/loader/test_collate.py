@@ -14,7 +14,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       shutdown_rpc)
 from pyg_dist.loader.producer import BatchTask
 from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.format._id_maps import read_id_map
 
 
 @pytest.fixture(scope="module")

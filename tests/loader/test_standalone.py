@@ -216,7 +216,7 @@ def test_a_type_nothing_was_sampled_of_has_empty_attributes(tmp_path):
     """As PyG's ``NeighborLoader``: every node type has its attributes in a batch, with
     zero rows when no node of it was sampled, and every edge type its edge attributes
     (here: institutions are never reached from papers in one hop)."""
-    from pyg_dist.datasets.synthetic import hetero_community_graph
+    from pyg_dist.datasets._synthetic import hetero_community_graph
 
     data = hetero_community_graph(60, avg_degree=3, feat_dim=5, seed=2)
     Partitioner(data, 1, tmp_path, progress=False).generate()

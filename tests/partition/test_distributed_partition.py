@@ -20,12 +20,12 @@ import pytest
 
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format import io
+from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
+from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import Partitioner
 from pyg_dist.partition.distributed import DistPartitioner
 from pyg_dist.partition.outofcore import OutOfCorePartitioner
-from pyg_dist.format.tables import GraphTables
+from pyg_dist.format._tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
 from pyg_dist.testing.launch import run_ranks

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.format import io
-from pyg_dist.format.integrity import verify_folder
-from pyg_dist.format.tables import GraphTables
-from pyg_dist.typing import edge_key
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._integrity import verify_folder
+from pyg_dist.format._tables import GraphTables
+from pyg_dist._typing import edge_key
+from pyg_dist.format._id_maps import read_id_map
 
 
 def _maps(root: Path, tables: GraphTables):

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch_geometric.data import HeteroData
 
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore

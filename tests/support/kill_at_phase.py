@@ -94,8 +94,8 @@ def arm_export(phase: str) -> None:
 
 def arm_files(phase: str, out: Path) -> None:
     """``synced`` and ``renamed``: the atomic publication of
-    :mod:`pyg_dist.format.files`, whichever way it renames."""
-    from pyg_dist.format import files
+    :mod:`pyg_dist.format._files`, whichever way it renames."""
+    from pyg_dist.format import _files as files
 
     if phase == "synced":
         files.sync_tree = after(files.sync_tree, phase)

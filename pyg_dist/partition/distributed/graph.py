@@ -24,7 +24,7 @@ from pyg_dist.partition.common import type_offsets
 from pyg_dist.partition.writer import distinct
 from pyg_dist.partition.outofcore.scratch import Scratch, plain
 from pyg_dist.partition.outofcore.source import ChunkedSource
-from pyg_dist.typing import EdgeType
+from pyg_dist._typing import EdgeType
 
 
 @dataclass

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional, Union
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.common import PartitionTimings
 from pyg_dist.partition.distributed.comm import ArrayComm
 from pyg_dist.partition.distributed.stages import DistStages

@@ -6,7 +6,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 
-from pyg_dist.format.meta import AttrSpec
+from pyg_dist.format._meta import AttrSpec
 from pyg_dist.partition.common import type_offsets
 from pyg_dist.partition.distributed.comm import ArrayComm, home_of, lookup, route
 from pyg_dist.partition.distributed.team import writer_of
@@ -16,7 +16,7 @@ from pyg_dist.partition.outofcore.rows import gather_rows, row_bytes
 from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.partition.writer import halo_attr_names
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 
 class RowExchange:

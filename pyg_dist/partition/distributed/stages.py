@@ -29,7 +29,7 @@ from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import ChunkedSource
 from pyg_dist.partition.pipeline import Edges, HaloRows, Ids, Nodes
 from pyg_dist.partition.writer import PartHalo, PartPieces, part_halo
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist._typing import EdgeType, NodeType
 
 #: bytes held per edge while a destination range is put in CSC order: its records, the
 #: sort by edge id (permutation and sorted copy) and the CSC arrays

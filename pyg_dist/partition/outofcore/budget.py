@@ -11,7 +11,7 @@ import re
 import resource
 from dataclasses import dataclass
 
-from pyg_dist.chunked.limits import format_size
+from pyg_dist.chunked._limits import format_size
 from pyg_dist.errors import PygDistError
 
 __all__ = ["MemoryBudget", "MemoryBudgetError", "parse_size", "format_size", "peak_rss_bytes",

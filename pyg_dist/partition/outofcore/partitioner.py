@@ -18,7 +18,7 @@ memory budget allows:
 4. copy rows: node and edge data copied block by block into per-partition memory-mapped
    arrays (:mod:`.rows`);
 5. uid (over per-partition digests) and write: every file, the per-partition id maps
-   included, saved through :func:`~pyg_dist.format.files.atomic_dir` (``torch.save``
+   included, saved through :func:`~pyg_dist.format._files.atomic_dir` (``torch.save``
    streams a memory-mapped tensor without copying it).
 
 With the same assignment the output is identical to the in-memory path's, byte for
@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.format.meta import PartitionMeta
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.assign import AssignInput, AssignOptions
 from pyg_dist.partition.assigners import run_assigner
 from pyg_dist.partition.common import NodeOrder, PartitionTimings
@@ -51,7 +51,7 @@ from pyg_dist.partition.outofcore.scratch import Scratch
 from pyg_dist.partition.outofcore.source import ChunkedSource, open_source
 from pyg_dist.partition.pipeline import Edges, Nodes, RunOptions, WholeGraphStages, run_pipeline
 from pyg_dist.partition.writer import PartHalo, PartPieces, halo_attr_names
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Rows = Dict[str, List[np.ndarray]]  # attribute name -> one array per partition
 

@@ -12,7 +12,7 @@ from typing import Callable, List, Sequence
 import numpy as np
 
 from pyg_dist.partition.kernels import sorted_unique
-from pyg_dist.format.meta import AttrSpec
+from pyg_dist.format._meta import AttrSpec
 from pyg_dist.partition.outofcore.scratch import Scratch
 
 Reader = Callable[[int, int], np.ndarray]

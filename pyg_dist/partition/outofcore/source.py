@@ -1,7 +1,7 @@
 """A chunked graph seen the way the partitioner sees a ``Data``/``HeteroData``.
 
 :class:`ChunkedSource` gives the same typed view as
-:class:`~pyg_dist.format.tables.GraphTables` (node and edge types, counts,
+:class:`~pyg_dist.format._tables.GraphTables` (node and edge types, counts,
 attribute specs, ``<split>_mask`` attributes) without reading any data: edges come
 one chunk at a time and data rows in bounded blocks from
 :class:`~pyg_dist.chunked.ChunkedGraph`.
@@ -15,12 +15,12 @@ from typing import Dict, Iterator, Tuple, Union
 import numpy as np
 
 from pyg_dist.chunked import ChunkedGraph
-from pyg_dist.chunked.limits import check_memory
-from pyg_dist.format.meta import AttrSpec
+from pyg_dist.chunked._limits import check_memory
+from pyg_dist.format._meta import AttrSpec
 from pyg_dist.partition.outofcore.budget import (OUT_OF_CORE_BYTES_PER_NODE, MemoryBudget,
                                                  parse_size)
-from pyg_dist.format.schema import DTYPES, dtype_name
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist.format._schema import DTYPES, dtype_name
+from pyg_dist._typing import EdgeType, NodeType
 
 _RESERVED = ("edge_index", "num_nodes")
 

@@ -16,7 +16,7 @@ many files ("chunks") that each fit in memory::
 Node ids are per node type, ``0..N-1`` over its chunks in order; edge chunk ``i`` of a
 type holds that type's edges ``[sum(counts[:i]), sum(counts[:i+1]))``. Relative paths
 are relative to the folder holding ``metadata.json`` and must stay inside it unless
-``allow_external_paths`` is given (see :mod:`pyg_dist.chunked.paths`). Anything missing,
+``allow_external_paths`` is given (see :mod:`pyg_dist.chunked._paths`). Anything missing,
 mistyped or inconsistent raises :class:`ChunkedFormatError` naming the file.
 """
 from __future__ import annotations
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
-from pyg_dist.chunked.errors import ChunkedFormatError
-from pyg_dist.chunked.paths import EXTERNAL_HINT, chunk_path, is_inside, regular_file_size
-from pyg_dist.format.jsonio import read_json
-from pyg_dist.format.schema import Field, PartitionFormatError
-from pyg_dist.typing import EdgeType
+from pyg_dist.chunked._errors import ChunkedFormatError
+from pyg_dist.chunked._paths import EXTERNAL_HINT, chunk_path, is_inside, regular_file_size
+from pyg_dist.format._jsonio import read_json
+from pyg_dist.format._schema import Field, PartitionFormatError
+from pyg_dist._typing import EdgeType
 
 METADATA_FILE = "metadata.json"
 FORMATS = ("csv", "numpy", "parquet")
@@ -95,7 +95,7 @@ class ChunkFiles:
     def from_json(cls, field: Field, root: Path, allowed: Tuple[str, ...],
                   allow_external: bool = False) -> "ChunkFiles":
         """Parses a ``ChunkFileSpec``; paths stay inside ``root`` unless
-        ``allow_external`` (see :func:`~pyg_dist.chunked.paths.chunk_path`)."""
+        ``allow_external`` (see :func:`~pyg_dist.chunked._paths.chunk_path`)."""
         fmt = FileFormat.from_json(field["format"], allowed)
         paths = field["data"].as_strs()
         if not paths:

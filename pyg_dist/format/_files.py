@@ -12,7 +12,7 @@ partition folders, checkpoints, inference exports and the shared feature cache.
   folder or the new one; where the file system cannot exchange, it is moved aside and
   back on failure (a kill in between leaves it aside, and the next write of ``out``
   moves it back). Leftovers of killed writers are cleaned by
-  :mod:`pyg_dist.format.leftovers`.
+  :mod:`pyg_dist.format._leftovers`.
 - versioned folders: a root holds version folders named ``step<9+ digits>-<8 hex>``
   (:func:`new_version`) and a ``LATEST`` file naming the current one (:func:`write_latest`,
   :func:`read_latest`). ``LATEST`` must be a regular file naming a version folder that
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Union
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.format import leftovers
+from pyg_dist.format import _leftovers as leftovers
 
 PathLike = Union[str, os.PathLike]
 
@@ -184,7 +184,7 @@ def atomic_dir(out: PathLike, overwrite: bool = False) -> Iterator[Path]:
     A crash leaves ``out`` either as it was or complete, never half written. The
     temporary folder records its writer; leftovers of killed writes of ``out`` are
     removed first when their writer is provably gone
-    (:func:`~pyg_dist.format.leftovers.clean_stale`; others are kept with a warning).
+    (:func:`~pyg_dist.format._leftovers.clean_stale`; others are kept with a warning).
 
     Args:
         out: the folder to create.
@@ -233,8 +233,8 @@ def exchange(a: Path, b: Path) -> bool:
 def swap_in(tmp: Path, out: Path) -> None:
     """Moves the complete folder ``tmp`` to ``out``. A replaced ``out`` is exchanged
     with ``tmp`` in one step (then ``tmp`` holds it, removed by
-    :func:`~pyg_dist.format.leftovers.release`), or where that cannot be done moved
-    aside (:func:`~pyg_dist.format.leftovers.old_path`), and back on failure."""
+    :func:`~pyg_dist.format._leftovers.release`), or where that cannot be done moved
+    aside (:func:`~pyg_dist.format._leftovers.old_path`), and back on failure."""
     old = leftovers.old_path(tmp)
     if out.exists():
         if exchange(tmp, out):

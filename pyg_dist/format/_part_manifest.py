@@ -12,7 +12,7 @@ later is noticed. Folders written before digests existed (version 1, and version
 without ``digests``) carry none and load as before, unchecked.
 
 Checks (:func:`check_files`): a file's size is compared with its entry whenever it is
-opened (one ``stat``, constant time); its digest (:mod:`pyg_dist.format.digest`,
+opened (one ``stat``, constant time); its digest (:mod:`pyg_dist.format._digest`,
 every byte read) where the reader reads every byte anyway (private loads) or on demand
 (``verify=True``, ``pyg-dist-verify``). A digest guards against bit rot, partial copies
 and edits in place; it is not a signature (whoever can rewrite a file can rewrite its
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Union
 
-from pyg_dist.format.jsonio import read_json
-from pyg_dist.format.digest import ALGORITHM, DigestMismatch, check_file, file_digest
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.format.schema import Field, PartitionFormatError
+from pyg_dist.format._jsonio import read_json
+from pyg_dist.format._digest import ALGORITHM, DigestMismatch, check_file, file_digest
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist.format._schema import Field, PartitionFormatError
 
 MANIFEST_FILE = "MANIFEST.json"
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")

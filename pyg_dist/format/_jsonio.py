@@ -5,7 +5,7 @@ export's ``manifest.json``, a torch_geometric partition's ``META.json`` and the 
 of interrupted writers are all untrusted input: whatever they hold (a pickle, text that
 is not JSON, brackets nested a hundred thousand deep) the reader gets one line naming
 the file, in its own format's exception class. Writing is
-:func:`pyg_dist.format.files.write_json` (atomic).
+:func:`pyg_dist.format._files.write_json` (atomic).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Who is writing a partition folder, and cleaning up after writers that were killed.
 
-:func:`pyg_dist.format.files.atomic_dir` writes ``OUT`` through a hidden folder
+:func:`pyg_dist.format._files.atomic_dir` writes ``OUT`` through a hidden folder
 ``.OUT.<token>.tmp`` beside it, and moves a replaced output aside as
 ``.OUT.<token>.old`` for a moment. Before creating them the writer records who it
 is in ``.OUT.<token>.owner``: host name, boot id, pid namespace, pid and the
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from pyg_dist.format.jsonio import read_json
+from pyg_dist.format._jsonio import read_json
 
 _KINDS = ("tmp", "old", "owner")
 
@@ -119,7 +119,7 @@ def _owner(tmp: Path) -> Path:
 
 
 def old_path(tmp: Path) -> Path:
-    """Where :func:`~pyg_dist.format.files.atomic_dir` moves a replaced output aside."""
+    """Where :func:`~pyg_dist.format._files.atomic_dir` moves a replaced output aside."""
     return tmp.with_suffix(".old")
 
 

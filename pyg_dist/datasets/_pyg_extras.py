@@ -26,11 +26,11 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets.errors import DatasetError
-from pyg_dist.format import io, validate
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.typing import HOMO_NODE, NodeType
+from pyg_dist.datasets._errors import DatasetError
+from pyg_dist.format import _partition_io as io, _validate as validate
+from pyg_dist.format._id_maps import read_part_ids
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist._typing import HOMO_NODE, NodeType
 
 SUFFIX = "-partitions"
 _PART_FILE = re.compile(r"^partition(\d+)\.pt$")

@@ -1,7 +1,7 @@
 """Errors of the chunked graph reader: each one a single line naming the file."""
 from __future__ import annotations
 
-from pyg_dist.datasets.errors import DatasetError
+from pyg_dist.datasets._errors import DatasetError
 
 
 class ChunkedFormatError(DatasetError):

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from pyg_dist.chunked.errors import ChunkedFormatError
+from pyg_dist.chunked._errors import ChunkedFormatError
 
 #: how a refusal tells users to opt in to paths outside the folder
 EXTERNAL_HINT = "pass --allow-external-paths (in Python: allow_external_paths=True) to " \

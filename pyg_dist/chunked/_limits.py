@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pyg_dist.chunked.errors import ChunkedTooLargeError
+from pyg_dist.chunked._errors import ChunkedTooLargeError
 from pyg_dist.memory import available_memory
 
 #: what assembling a graph in memory and partitioning it holds per node, at least (the

@@ -9,9 +9,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.format.meta import AttrSpec
-from pyg_dist.format.schema import DTYPES, dtype_name
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
+from pyg_dist.format._meta import AttrSpec
+from pyg_dist.format._schema import DTYPES, dtype_name
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 
 _SKIP = {"edge_index", "adj_t", "adj", "num_nodes"}
 

@@ -2,7 +2,7 @@
 
 :func:`load_named` is what ``pyg-dist-partition --dataset NAME --root DIR`` reads.
 Nothing is downloaded unless ``download=True``; a missing file raises
-:class:`~pyg_dist.datasets.errors.MissingRawFilesError` naming the files and where
+:class:`~pyg_dist.datasets._errors.MissingRawFilesError` naming the files and where
 they are expected.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Optional, Union
 
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets.errors import DatasetError, MissingRawFilesError
-from pyg_dist.datasets.loading import PLANETOID, load_planetoid
-from pyg_dist.datasets.ogb_nodes import is_ogb_name, load_ogb_node
-from pyg_dist.datasets.pyg_classes import find_pyg_class, load_pyg_dataset, pyg_class_names
+from pyg_dist.datasets._errors import DatasetError, MissingRawFilesError
+from pyg_dist.datasets._loading import PLANETOID, load_planetoid
+from pyg_dist.datasets._ogb_nodes import is_ogb_name, load_ogb_node
+from pyg_dist.datasets._pyg_classes import find_pyg_class, load_pyg_dataset, pyg_class_names
 
 OGB_EXAMPLES = ("ogbn-arxiv", "ogbn-products", "ogbn-mag", "ogbn-proteins", "ogbn-papers100M")
 CHOICES = ("Cora, CiteSeer, PubMed, synthetic, an OGB node dataset (ogbn-arxiv, "
@@ -64,7 +64,7 @@ def load_named(name: str, root: Optional[Union[str, Path]] = None,
 
     Args:
         name (str): ``Cora``/``CiteSeer``/``PubMed`` (read by
-            :func:`~pyg_dist.datasets.loading.load_planetoid`, nothing written), an
+            :func:`~pyg_dist.datasets._loading.load_planetoid`, nothing written), an
             ``ogbn-*`` name (needs ``pip install ogb``), or a ``torch_geometric.datasets``
             class, ``Class`` or ``Class:name``. Any case.
         root (str or Path, optional): the dataset folder, as the dataset's own loader

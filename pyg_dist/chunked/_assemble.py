@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.chunked.errors import ChunkedFormatError
-from pyg_dist.chunked.limits import check_memory, in_memory_bytes
-from pyg_dist.chunked.reader import ChunkedGraph, EdgeTypeLike
+from pyg_dist.chunked._errors import ChunkedFormatError
+from pyg_dist.chunked._limits import check_memory, in_memory_bytes
+from pyg_dist.chunked._reader import ChunkedGraph, EdgeTypeLike
 
 _RESERVED = ("edge_index", "num_nodes")
 
@@ -59,7 +59,7 @@ def _check_homo_names(graph: ChunkedGraph, nodes: Dict[str, Tensor],
 
 
 def check_fits_in_memory(graph: ChunkedGraph, limit: Optional[int] = None) -> None:
-    """Raises :class:`~pyg_dist.chunked.errors.ChunkedTooLargeError` when assembling and
+    """Raises :class:`~pyg_dist.chunked._errors.ChunkedTooLargeError` when assembling and
     partitioning ``graph`` in memory would need more than ``limit`` bytes (default: the
     memory available now), counted from ``metadata.json`` and the ``.npy`` headers."""
     nodes = sum(graph.num_nodes(t) for t in graph.node_types)
@@ -117,7 +117,7 @@ def read_chunked(folder: Union[str, Path], allow_external_paths: bool = False
 
     Raises:
         ChunkedFormatError: a malformed or inconsistent folder (one line naming the file);
-            :class:`~pyg_dist.chunked.errors.ChunkedTooLargeError` when its counts imply
+            :class:`~pyg_dist.chunked._errors.ChunkedTooLargeError` when its counts imply
             more memory than is available.
         MissingDependencyError: parquet chunks without ``pyarrow``.
     """

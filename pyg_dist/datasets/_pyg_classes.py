@@ -5,7 +5,7 @@ write ``processed/`` files next to the raw ones. :func:`load_pyg_dataset` constr
 the class through a thin guard subclass that
 
 * checks the class's own ``raw_paths`` before anything is created or fetched: a
-  missing file raises :class:`~pyg_dist.datasets.errors.MissingRawFilesError` naming
+  missing file raises :class:`~pyg_dist.datasets._errors.MissingRawFilesError` naming
   the files and their folder, unless ``download=True`` (already processed files are
   enough: then nothing is downloaded and the raw files are not needed);
 * lets PyG write ``processed/`` as usual when that folder is writable, and otherwise
@@ -14,7 +14,7 @@ the class through a thin guard subclass that
 * loads ``processed/`` files with ``weights_only=True`` only (PyG's own loader falls
   back to an unrestricted pickle load, which would run code stored in a dataset folder
   from elsewhere): a file that needs more raises
-  :class:`~pyg_dist.datasets.errors.DatasetError` naming it.
+  :class:`~pyg_dist.datasets._errors.DatasetError` naming it.
 
 Names are matched case-insensitively (``reddit`` finds ``Reddit``); classes that take a
 ``name`` argument are written ``Class:name`` (``Amazon:Computers``, ``Coauthor:CS``).
@@ -36,7 +36,7 @@ from torch_geometric.data import Data, Dataset, HeteroData, TemporalData
 from torch_geometric.io import fs
 from torch_geometric.data.dataset import files_exist
 
-from pyg_dist.datasets.errors import DatasetError, MissingRawFilesError
+from pyg_dist.datasets._errors import DatasetError, MissingRawFilesError
 
 # constructor arguments pyg-dist-partition never passes (they all have defaults)
 _OPTIONAL = {"self", "root", "name", "transform", "pre_transform", "pre_filter", "log",

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 from torch import Tensor
 
-from pyg_dist.typing import edge_key
+from pyg_dist._typing import edge_key
 
 IDENTITY_FIELDS = ("format", "version", "num_parts", "is_hetero", "node_types", "edge_types",
                    "num_nodes", "num_edges", "node_offsets", "edge_offsets", "node_attrs",

@@ -2,10 +2,10 @@
 
 Every ``.pt`` file is written with plain tensors, dicts, lists, numbers and
 strings, and read back with ``torch.load(..., weights_only=True)``, so a partition
-folder from elsewhere cannot run code; :mod:`pyg_dist.format.validate` then checks
-what was loaded. Every write goes through :mod:`pyg_dist.format.files` (temporary name,
+folder from elsewhere cannot run code; :mod:`pyg_dist.format._validate` then checks
+what was loaded. Every write goes through :mod:`pyg_dist.format._files` (temporary name,
 ``fsync``, rename); the hidden temporary folder of a killed run is removed by the next
-write of the same output (:mod:`pyg_dist.format.leftovers`).
+write of the same output (:mod:`pyg_dist.format._leftovers`).
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from typing import Any, Iterable, Tuple, Union
 
 import torch
 
-from pyg_dist.format import files
-from pyg_dist.format.jsonio import read_json
-from pyg_dist.format.manifest import MANIFEST_FILE, PartManifest, entry_of
-from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.format import _files as files
+from pyg_dist.format._jsonio import read_json
+from pyg_dist.format._part_manifest import MANIFEST_FILE, PartManifest, entry_of
+from pyg_dist.format._meta import PartitionFormatError, PartitionMeta
 
 PathLike = Union[str, os.PathLike]
 
@@ -44,7 +44,7 @@ def part_dir(root: PathLike, part: int) -> Path:
 def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_feats: dict,
                splits: dict, node_ids: dict, edge_ids: dict, hetero: bool) -> None:
     """Writes the files of ``root/part_<part>/`` (format v2) and, last, its
-    ``MANIFEST.json`` with the size and digest of each (:mod:`~pyg_dist.format.manifest`).
+    ``MANIFEST.json`` with the size and digest of each (:mod:`~pyg_dist.format._part_manifest`).
     ``node_ids``/``edge_ids`` are keyed by node type / ``"src__rel__dst"`` key;
     homogeneous graphs store the one tensor, each as :func:`narrow_ids` stores it.
     ``graph["uid"]`` goes into the manifest."""
@@ -63,7 +63,7 @@ def write_part(root: PathLike, part: int, graph: dict, node_feats: dict, edge_fe
 def narrow_ids(ids: torch.Tensor) -> torch.Tensor:
     """Original ids as an id file stores them: int32 when every id fits (half the bytes
     every machine maps, and half the memory a sampler reads per drawn edge), else
-    int64. Readers accept both (:mod:`pyg_dist.format.id_maps`)."""
+    int64. Readers accept both (:mod:`pyg_dist.format._id_maps`)."""
     ids = torch.as_tensor(ids)
     if ids.dtype == torch.int64 and (ids.numel() == 0 or int(ids.max()) <= INT32_MAX):
         return ids.to(torch.int32)
@@ -141,7 +141,7 @@ def read_uid(folder: PathLike) -> Any:
 
 def save_json(obj: Any, path: PathLike) -> None:
     """Writes ``obj`` as JSON into ``path`` atomically (see
-    :func:`~pyg_dist.format.files.write_json`)."""
+    :func:`~pyg_dist.format._files.write_json`)."""
     files.write_json(path, obj)
 
 

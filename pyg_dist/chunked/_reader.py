@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.chunked import arrays
-from pyg_dist.chunked.errors import ChunkedFormatError
-from pyg_dist.chunked.metadata import ChunkedMeta, ChunkFiles, EdgeTypeSpec, NodeTypeSpec
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.chunked import _arrays as arrays
+from pyg_dist.chunked._errors import ChunkedFormatError
+from pyg_dist.chunked._metadata import ChunkedMeta, ChunkFiles, EdgeTypeSpec, NodeTypeSpec
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
 #: the canonical edge type string of a homogeneous graph (DGL's convention)
 HOMO_EDGE_NAME = ":".join(HOMO_EDGE)

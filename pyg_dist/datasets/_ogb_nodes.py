@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.datasets.errors import (DatasetError, MissingDependencyError,
+from pyg_dist.datasets._errors import (DatasetError, MissingDependencyError,
                                       MissingRawFilesError, missing_files)
 
 PAPERS100M = "ogbn-papers100M"

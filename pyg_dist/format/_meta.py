@@ -6,17 +6,17 @@ type or by ``"src__rel__dst"`` edge key, as DESIGN contract 3 says. In memory bo
 are held as dicts keyed by type, so the rest of the code has one path.
 
 Fields: ``format`` (``"pyg_dist"``), ``version`` (2; folders of version 1 are read too:
-they differ only in where the id maps live, see :mod:`pyg_dist.format.io`), ``num_parts``, ``is_hetero``,
+they differ only in where the id maps live, see :mod:`pyg_dist.format._partition_io`), ``num_parts``, ``is_hetero``,
 ``node_types``, ``edge_types`` (``[src, rel, dst]`` lists), ``num_nodes``,
 ``num_edges``, ``node_offsets``, ``edge_offsets``, ``node_attrs``/``edge_attrs``
 (per type, attribute name -> ``{"dtype": "float32", "shape": [per-row shape]}``),
 ``splits``, ``method``, ``seed``, ``parts`` (per-partition statistics), ``uid`` and
 ``digests`` (optional: the digest algorithm, ``"blake2b-128"``, when every
 ``part_<p>/MANIFEST.json`` records the size and digest of its files, see
-:mod:`pyg_dist.format.manifest`; absent in folders written before digests).
+:mod:`pyg_dist.format._part_manifest`; absent in folders written before digests).
 
 ``uid`` identifies the partitioning: a 64-character hex sha256 over the fields that
-define it and the node and edge id maps (:mod:`pyg_dist.format.identity`). The
+define it and the node and edge id maps (:mod:`pyg_dist.format._identity`). The
 same data, method and seed give the same uid; another seed, method, number of parts
 or graph structure gives another (attribute values are not hashed, their specs are).
 Every ``part_<p>/graph.pt`` repeats it, and loading refuses a partition whose uid
@@ -36,11 +36,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.digest import ALGORITHM
-from pyg_dist.format.identity import fallback_uid
-from pyg_dist.format.schema import Field, PartitionFormatError
-from pyg_dist.typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key, edge_type_of,
+from pyg_dist.format._book import RangeBook
+from pyg_dist.format._digest import ALGORITHM
+from pyg_dist.format._identity import fallback_uid
+from pyg_dist.format._schema import Field, PartitionFormatError
+from pyg_dist._typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key, edge_type_of,
                              is_homo_alias, parse_edge_key)
 
 FORMAT = "pyg_dist"

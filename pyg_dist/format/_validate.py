@@ -17,9 +17,9 @@ from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.format.meta import AttrSpec, PartitionMeta
-from pyg_dist.format.schema import DTYPES, PartitionFormatError, dtype_name
-from pyg_dist.typing import EdgeType, NodeType, edge_key, parse_edge_key
+from pyg_dist.format._meta import AttrSpec, PartitionMeta
+from pyg_dist.format._schema import DTYPES, PartitionFormatError, dtype_name
+from pyg_dist._typing import EdgeType, NodeType, edge_key, parse_edge_key
 
 _LONG = (torch.int64,)
 _INDEX = (torch.int64, torch.int32)

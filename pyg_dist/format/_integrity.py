@@ -4,8 +4,8 @@
 ``p < num_parts`` of ``META.json`` it checks that ``part_<p>/`` is complete, that its
 ``MANIFEST.json`` belongs to this partition and partitioning, that every file has the
 size and digest recorded when it was written, and that every file's content agrees
-with ``META.json`` (the checks of :mod:`pyg_dist.format.validate`, including every
-source id, and of :mod:`pyg_dist.format.id_maps`), and that every original node and
+with ``META.json`` (the checks of :mod:`pyg_dist.format._validate`, including every
+source id, and of :mod:`pyg_dist.format._id_maps`), and that every original node and
 edge id of a type is held exactly once, by one partition. It reads every byte once for
 the digest and maps the files for the content checks, so it never holds more than the
 largest tensor of one file, plus one bit per node (edge) of the type whose ids it
@@ -19,10 +19,10 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from pyg_dist.format import io, validate
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.format.manifest import MANIFEST_FILE, PartManifest, read_manifest
-from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
+from pyg_dist.format import _partition_io as io, _validate as validate
+from pyg_dist.format._id_maps import read_part_ids
+from pyg_dist.format._part_manifest import MANIFEST_FILE, PartManifest, read_manifest
+from pyg_dist.format._meta import PartitionFormatError, PartitionMeta
 
 __all__ = ["VerifyReport", "verify_folder"]
 

@@ -17,9 +17,9 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from pyg_dist.chunked.errors import ChunkedFormatError
-from pyg_dist.chunked.paths import regular_file_size
-from pyg_dist.datasets.errors import MissingDependencyError
+from pyg_dist.chunked._errors import ChunkedFormatError
+from pyg_dist.chunked._paths import regular_file_size
+from pyg_dist.datasets._errors import MissingDependencyError
 
 PARQUET_HINT = "pip install 'pyg_dist[parquet]' (or pip install pyarrow)"
 #: the fewest bytes one edge takes in a text chunk: ``"0 0\n"``

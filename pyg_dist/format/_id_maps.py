@@ -21,10 +21,10 @@ from typing import Dict, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.format import io
-from pyg_dist.format.manifest import check_files
-from pyg_dist.format.meta import PartitionFormatError, PartitionMeta
-from pyg_dist.typing import EdgeType, NodeType, edge_key
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._part_manifest import check_files
+from pyg_dist.format._meta import PartitionFormatError, PartitionMeta
+from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 
@@ -76,7 +76,7 @@ def read_part_ids(root: io.PathLike, meta: PartitionMeta, part: int,
 
     Raises:
         PartitionFormatError: naming the file, if it is missing or not as described
-            (:class:`~pyg_dist.format.manifest.PartitionDigestError` when its bytes
+            (:class:`~pyg_dist.format._part_manifest.PartitionDigestError` when its bytes
             differ from the digest recorded at write time).
     """
     types, offsets, totals = _layout(meta, kind)

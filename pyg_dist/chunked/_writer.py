@@ -8,7 +8,7 @@ Layout written (every path in ``metadata.json`` is relative to it)::
     OUT/edge_data/<src__rel__dst>/<name>-<i>.npy|.parquet     # rows of edges of chunk i
 
 The folder is written beside ``OUT`` under a hidden name and renamed into place at
-the end (:func:`pyg_dist.format.files.atomic_dir`), so ``OUT`` is never half written.
+the end (:func:`pyg_dist.format._files.atomic_dir`), so ``OUT`` is never half written.
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.chunked import arrays
-from pyg_dist.chunked.metadata import DATA_FORMATS, FORMATS, METADATA_FILE, FileFormat
-from pyg_dist.chunked.reader import ChunkedGraph
-from pyg_dist.format import files
-from pyg_dist.format.tables import GraphTables
-from pyg_dist.progress import track
+from pyg_dist.chunked import _arrays as arrays
+from pyg_dist.chunked._metadata import DATA_FORMATS, FORMATS, METADATA_FILE, FileFormat
+from pyg_dist.chunked._reader import ChunkedGraph
+from pyg_dist.format import _files as files
+from pyg_dist.format._tables import GraphTables
+from pyg_dist._progress import track
 
 DEFAULT_CHUNK_SIZE = 1_000_000
 _EXT = {"numpy": "npy", "csv": "csv", "parquet": "parquet"}
