@@ -58,7 +58,7 @@ GRAPHS = {"community_200k": (200_000, 20.0), "products_2.4m": (2_400_000, 50.0)}
 def _loader(root: str, cfg: bench.BenchConfig):
     from pyg_dist import DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore
     from pyg_dist.format import _partition_io as io
-    from pyg_dist.store.ids import PartIds
+    from pyg_dist.store._original_ids import PartIds
     from pyg_dist._typing import HOMO_NODE
 
     torch.set_num_threads(1)
@@ -94,7 +94,7 @@ def loader_pass(loader, count: int) -> Dict[str, list]:
 def _owners(sampler, ids: torch.Tensor):
     """``(local rows, LocalSampler of the owner)`` per owner of ``ids`` (own, or read
     directly from its files on this machine)."""
-    from pyg_dist.rpc.routing import split_by_owner
+    from pyg_dist.rpc._routing import split_by_owner
 
     node_type = sampler.meta.node_types[0]
     book = sampler.graph.node_book(node_type)

@@ -88,7 +88,7 @@ def folder(args: argparse.Namespace, parts: int) -> Path:
 def _barrier() -> None:
     import torch.distributed as dist
 
-    from pyg_dist.rpc import runtime
+    from pyg_dist.rpc import _runtime as runtime
     dist.barrier(group=runtime.current().cpu_group)
 
 

@@ -8,8 +8,8 @@ from typing import Any, List, Optional
 
 import torch.distributed as dist
 
-from pyg_dist.rpc import runtime
-from pyg_dist.rpc.agreement import exchange
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.rpc._agreement import exchange
 
 
 @dataclass

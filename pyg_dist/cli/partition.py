@@ -273,7 +273,7 @@ def run_ranks(argv: Optional[List[str]] = None) -> int:
     """:func:`run` on one rank of several: failures are reported to the other ranks'
     health watchdogs; exit 2 for bad input (the same message on every rank), 1 when
     another rank failed or died (naming it)."""
-    from pyg_dist.rpc import DisagreementError, PeerFailedError, health
+    from pyg_dist.rpc import DisagreementError, PeerFailedError, _health as health
 
     try:
         code = run(argv)

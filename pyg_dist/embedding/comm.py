@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist.rpc import health, runtime
-from pyg_dist.rpc.agreement import PeerFailedError, exchange
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.rpc import _health as health, _runtime as runtime
+from pyg_dist.rpc._agreement import PeerFailedError, exchange
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc._runtime import RpcGroup
 
 STANDALONE = "standalone"
 

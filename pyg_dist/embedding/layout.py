@@ -25,7 +25,7 @@ from torch import Tensor
 from pyg_dist.format._book import RangeBook
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.sampler.id_lookup import relabel
-from pyg_dist.rpc import runtime
+from pyg_dist.rpc import _runtime as runtime
 
 PartitionLike = Union[RangeBook, PartitionMeta, Sequence[int], None]
 

@@ -17,8 +17,8 @@ from torch import Tensor
 
 from pyg_dist.embedding.comm import STANDALONE
 from pyg_dist.embedding.layout import ShardLayout
-from pyg_dist.rpc import runtime
-from pyg_dist.rpc.registry import callee
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.rpc._registry import callee
 
 
 @dataclass

@@ -12,8 +12,8 @@ from pyg_dist.embedding.comm import Comm
 from pyg_dist.embedding.layout import GraphRows, PartitionLike, ShardLayout, resolve_book
 from pyg_dist.format._book import RangeBook
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.rpc.routing import RemoteResponseError, fan_out, split_by_owner
-from pyg_dist.store.ids import BATCH_IDS
+from pyg_dist.rpc._routing import RemoteResponseError, fan_out, split_by_owner
+from pyg_dist.store._original_ids import BATCH_IDS
 
 InitFunc = Callable[[Tuple[int, ...], torch.dtype], Tensor]
 Index = Union[int, slice, Sequence[int], Tensor]
@@ -37,7 +37,7 @@ class DistTensor:
     **Which ids.** A tensor created with ``partition=`` a
     :class:`~pyg_dist.format._meta.PartitionMeta` holds one row per node of the graph and
     is indexed by the dataset's **original** node ids, like every id at pyg_dist's API
-    (:mod:`pyg_dist.store.ids`); each row lives with its node's owner. Ids are
+    (:mod:`pyg_dist.store._original_ids`); each row lives with its node's owner. Ids are
     translated without an extra round trip on the common paths: a batch's ``n_id``
     (the loader remembers its ``part_n_id``) and ids this rank's partition owns (its
     mapped id table); other ids are asked of the other partitions first (one request

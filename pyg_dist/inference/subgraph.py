@@ -7,7 +7,7 @@ from typing import Iterator, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.store.graph_store import CSC
+from pyg_dist.store._graph_store import CSC
 
 
 @dataclass

@@ -32,12 +32,12 @@ from pyg_dist.loader.seeds import EpochPlan
 from pyg_dist.loader.state import VERSION, LoaderState, digest
 from pyg_dist.loader.stats import LoaderStats, StatsRecorder
 from pyg_dist.loader.workers import WorkerPool, WorkerSpec
-from pyg_dist.rpc import incarnation, runtime
-from pyg_dist.rpc.agreement import agree
-from pyg_dist.rpc.context import DistContext, check_context
-from pyg_dist.rpc.process_group import ensure_process_group
+from pyg_dist.rpc import _incarnation as incarnation, _runtime as runtime
+from pyg_dist.rpc._agreement import agree
+from pyg_dist.rpc._context import DistContext, check_context
+from pyg_dist.rpc._process_group import ensure_process_group
 from pyg_dist.sampler.cache import CacheStats
-from pyg_dist.store.ids import BATCH_IDS, PartIds
+from pyg_dist.store._original_ids import BATCH_IDS, PartIds
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.sampler import wire
 from pyg_dist.sampler.serving import partitioning

@@ -13,8 +13,8 @@ from typing import Any, Dict
 
 import torch.distributed as dist
 
-from pyg_dist.rpc import runtime
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.rpc._context import DistContext
 
 log = logging.getLogger("pyg_dist")
 

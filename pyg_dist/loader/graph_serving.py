@@ -25,7 +25,7 @@ from torch import Tensor
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.store import LocalGraphStore
-from pyg_dist.store.ids import check_ids
+from pyg_dist.store._original_ids import check_ids
 from pyg_dist._typing import EdgeType
 
 #: per graph store and edge type: (sorted distinct source ids, out-edges stored here)

@@ -2,7 +2,7 @@
 
 DGL's ``DistGraph`` for pyg_dist: inside a job, one object answers for every node and
 edge of the graph whatever partition owns it, in the dataset's **original** ids
-(:mod:`pyg_dist.store.ids`). It is a PyG ``FeatureStore`` (read-only), so PyG code
+(:mod:`pyg_dist.store._original_ids`). It is a PyG ``FeatureStore`` (read-only), so PyG code
 that only reads features (``view['paper', 'x', ids]``, ``view.get_tensor(...)``,
 ``multi_get_tensor``) runs on it.
 
@@ -29,15 +29,15 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from pyg_dist.loader import graph_serving
 from pyg_dist.sampler.id_lookup import check_answer, relabel
-from pyg_dist.rpc.context import DistContext, check_context
-from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.rpc._context import DistContext, check_context
+from pyg_dist.rpc._routing import fan_out, split_by_owner
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.ids import ID_ATTR
 from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
 from pyg_dist.sampler.serving import serving_group
 from pyg_dist.sampler.types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.store.ids import Group, PartIds, check_ids
+from pyg_dist.store._original_ids import Group, PartIds, check_ids
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Seeds = Union[Tensor, Dict[NodeType, Tensor]]

@@ -23,10 +23,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_dist.rpc import runtime
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.process_group import ensure_process_group
-from pyg_dist.store.ids import PartIds
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc._process_group import ensure_process_group
+from pyg_dist.store._original_ids import PartIds
 from pyg_dist._typing import NodeType
 
 

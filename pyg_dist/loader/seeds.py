@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.loader.ids import cpu_group, gather_all, to_original
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.store.ids import PartIds
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.store._original_ids import PartIds
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType
 

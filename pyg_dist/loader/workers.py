@@ -34,8 +34,8 @@ import torch
 import torch.multiprocessing as tmp
 
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
-from pyg_dist.rpc import health, runtime
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc import _health as health, _runtime as runtime
+from pyg_dist.rpc._context import DistContext
 from pyg_dist.sampler.cache import CacheStats
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
@@ -69,7 +69,7 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
     from pyg_dist.sampler.direct import open_direct
     from pyg_dist.sampler.local import serving_objects
     from pyg_dist.sampler.shared_cache import attach
-    from pyg_dist.store.source import FileId
+    from pyg_dist.store._source import FileId
     from pyg_dist.sampler.warmup import warm_up
 
     warm_up()  # before joining: no peer waits on this worker's compiler

@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.rpc.routing import RemoteResponseError
+from pyg_dist.rpc._routing import RemoteResponseError
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 

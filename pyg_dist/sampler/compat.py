@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Dict, Set, Tuple
 
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc._context import DistContext
 
 #: argument -> why it has no effect on pyg_dist's sampler
 PYG_SAMPLER_OPTIONS: Dict[str, str] = {

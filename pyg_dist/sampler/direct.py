@@ -33,10 +33,10 @@ import socket
 from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc._context import DistContext
 from pyg_dist.sampler.local import serving_objects
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.store.source import FileId, PartitionSource
+from pyg_dist.store._source import FileId, PartitionSource
 
 log = logging.getLogger("pyg_dist")
 

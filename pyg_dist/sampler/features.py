@@ -27,8 +27,8 @@ from torch import Tensor
 
 from pyg_dist.format._book import RangeBook
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.rpc.routing import fan_out, split_by_owner
-from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.rpc._routing import fan_out, split_by_owner
+from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler.cache import Budget, FeatureCache, choose
 from pyg_dist.sampler.checks import (RowLayout, check_direct_rows,
                                     check_feature_response, check_index)

@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.rpc.routing import fan_out
-from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.rpc._routing import fan_out
+from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler.checks import check_hop_response
 from pyg_dist.sampler.hop_state import HopState
 from pyg_dist.sampler.local import LocalSampler

@@ -1,7 +1,7 @@
 """Original -> relabelled ids of any owner, asked of the owners (no collective).
 
 Ids this process's partition owns are looked up in its mapped id table
-(:mod:`pyg_dist.store.ids`); the rest are asked of every other partition at once with
+(:mod:`pyg_dist.store._original_ids`); the rest are asked of every other partition at once with
 the read-only callee ``graph.find_ids`` (one request per partition, all in flight,
 each answering for what it owns; a same-machine peer's answer may come from its
 mapped files, :mod:`pyg_dist.sampler.direct`). A process serving a folder alone scans
@@ -17,10 +17,10 @@ from torch import Tensor
 
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import callee, served
-from pyg_dist.rpc.routing import RemoteResponseError, fan_out
-from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.rpc._routing import RemoteResponseError, fan_out
+from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.store.ids import Group, PartIds, check_ids
+from pyg_dist.store._original_ids import Group, PartIds, check_ids
 
 
 def find_ids(local: LocalSampler, kind: str, group: Group, queries: Tensor) -> Tensor:

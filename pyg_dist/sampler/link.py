@@ -17,8 +17,8 @@ from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import callee, served
-from pyg_dist.rpc.routing import fan_out
-from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.rpc._routing import fan_out
+from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler.checks import RemoteResponseError
 from pyg_dist.sampler.local import LocalSampler
 from pyg_dist.sampler.types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig

@@ -15,7 +15,7 @@ from torch import Tensor
 from pyg_dist.format._schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
 from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.store.ids import PartIds
+from pyg_dist.store._original_ids import PartIds
 from pyg_dist.sampler.kernels import SampledHop, sample_one_hop
 from pyg_dist.sampler.labor import sample_labor_hop, source_keys, type_seed
 from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse

@@ -18,8 +18,8 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import keep_freed_memory
-from pyg_dist.rpc.context import DistContext, check_context
-from pyg_dist.rpc.routing import split_by_owner
+from pyg_dist.rpc._context import DistContext, check_context
+from pyg_dist.rpc._routing import split_by_owner
 from pyg_dist.sampler.bidirectional import bidirectional
 from pyg_dist.sampler.cache import Budget
 from pyg_dist.sampler.compat import accept_pyg_sampler_options, pyg_order
@@ -39,7 +39,7 @@ from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
                                     SamplingConfig)
 from pyg_dist.sampler.wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.store.ids import check_ids
+from pyg_dist.store._original_ids import check_ids
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
 
 log = logging.getLogger("pyg_dist")

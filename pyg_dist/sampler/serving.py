@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from pyg_dist.rpc import runtime
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.runtime import RpcGroup
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler import direct, id_lookup, link, local
 from pyg_dist.sampler.local import LocalSampler, serving_objects
 from pyg_dist.sampler.warmup import warm_up
@@ -22,7 +22,7 @@ from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 #: the modules defining the callees a process serving a partition answers
 #: (``sampler.hop`` and ``sampler.features`` in local, ``sampler.has_edges`` in link,
 #: ``graph.find_ids`` in id_lookup): importing them registered those callees with
-#: :mod:`pyg_dist.rpc.registry`
+#: :mod:`pyg_dist.rpc._registry`
 CALLEE_MODULES = (local, link, id_lookup)
 
 

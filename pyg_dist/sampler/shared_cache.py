@@ -39,7 +39,7 @@ from pyg_dist.sampler.cache import Budget, FeatureCache
 from pyg_dist.sampler.cache_file import (SharedCacheError, check_digest, check_payload,
                                          holder, write)
 from pyg_dist.sampler.direct import machine_id
-from pyg_dist.store.source import FileId
+from pyg_dist.store._source import FileId
 from pyg_dist._typing import NodeType
 
 log = logging.getLogger("pyg_dist")
@@ -71,7 +71,7 @@ def build(fetcher: Any, budget: Budget, skip: Tuple[int, ...]) -> Optional[Featu
     group = fetcher.group
     if not enabled() or not group.ctx.is_distributed:
         return fetcher.build_cache(budget, skip)
-    from pyg_dist.rpc.stores import job_store
+    from pyg_dist.rpc._stores import job_store
 
     store = job_store(group.ctx)
     key = _key(fetcher, budget, skip, next(_builds))

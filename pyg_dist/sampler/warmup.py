@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from pyg_dist.rpc import routing
+from pyg_dist.rpc import _routing as routing
 from pyg_dist.sampler import kernels, labor, rows as row_copy
 from pyg_dist.sampler.node_index import NodeIndex
 

@@ -125,7 +125,7 @@ def _child(fn: Callable[..., Any], env: Dict[str, str], args: Sequence[Any],
     try:
         value = fn(*args)
     except BaseException as exc:
-        from pyg_dist.rpc import health
+        from pyg_dist.rpc import _health as health
 
         health.report_failure(exc)  # peers waiting on this rank name it
         results.put(_Outcome(rank, False, error=traceback.format_exc()))

@@ -10,7 +10,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
 from pyg_dist.loader.ids import label_rows, to_original, to_relabelled
 from pyg_dist.format import _partition_io as io
 from pyg_dist.format._id_maps import read_id_map
-from pyg_dist.store.ids import PartIds
+from pyg_dist.store._original_ids import PartIds
 from pyg_dist.testing.graphs import encode_ids
 from pyg_dist._typing import HOMO_NODE
 

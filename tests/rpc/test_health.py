@@ -64,7 +64,7 @@ def test_a_lost_store_ends_the_orphan_within_the_bound_naming_it():
 
 
 def test_store_lost_after_is_half_the_abort_bound():
-    from pyg_dist.rpc.health import WatchdogConfig
+    from pyg_dist.rpc._health import WatchdogConfig
 
     config = WatchdogConfig.for_timeout(20.0)
     assert config.abort_after == 60.0 and config.store_lost_after == 30.0

@@ -7,10 +7,10 @@ import logging
 import pytest
 import torch
 
-from pyg_dist.rpc import network
-from pyg_dist.rpc.agreement import DisagreementError, agree, describe_values
-from pyg_dist.rpc.registry import RemoteFailure, RpcRemoteError, dispatch, lookup
-from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.rpc import _network as network
+from pyg_dist.rpc._agreement import DisagreementError, agree, describe_values
+from pyg_dist.rpc._registry import RemoteFailure, RpcRemoteError, dispatch, lookup
+from pyg_dist.rpc._routing import fan_out, split_by_owner
 
 
 def test_interface_reaching_loopback_is_lo(monkeypatch):

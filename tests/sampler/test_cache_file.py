@@ -16,7 +16,7 @@ from pyg_dist.sampler.cache_file import (NEW_GRACE_S, NEW_PREFIX, SharedCacheErr
                                          check_payload, clean_stale, holder, write)
 from pyg_dist.sampler.features import FeatureFetcher
 from pyg_dist.sampler.shared_cache import attach
-from pyg_dist.store.source import FileId
+from pyg_dist.store._source import FileId
 
 
 @pytest.fixture

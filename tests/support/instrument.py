@@ -45,7 +45,7 @@ import pyg_dist
 from pyg_dist import checkpoint, loop
 from pyg_dist.checkpoint import files as checkpoint_files
 from pyg_dist.loader.base import DistLoader
-from pyg_dist.rpc import runtime
+from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.memory import process_memory
 
 PREFIX = "instrument: "

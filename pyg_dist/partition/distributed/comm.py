@@ -2,7 +2,7 @@
 
 Every call is collective: all ranks make the same calls in the same order. A failed
 collective (a peer died, or did not come within the job's timeout) raises
-:class:`~pyg_dist.rpc.agreement.PeerFailedError` naming the step and, through the
+:class:`~pyg_dist.rpc._agreement.PeerFailedError` naming the step and, through the
 health watchdog's heartbeats, the rank that failed or went silent. A one-rank
 :class:`ArrayComm` needs no process group, so the whole pipeline also runs in one process.
 """
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from pyg_dist.rpc import health
-from pyg_dist.rpc.agreement import PeerFailedError
+from pyg_dist.rpc import _health as health
+from pyg_dist.rpc._agreement import PeerFailedError
 from pyg_dist.memory import release_free_memory
 
 T = TypeVar("T")

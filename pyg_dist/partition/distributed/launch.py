@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from pyg_dist.partition.distributed.comm import ArrayComm
 from pyg_dist.rpc import DistContext
-from pyg_dist.rpc.process_group import init_process_group
+from pyg_dist.rpc._process_group import init_process_group
 
 #: collectives wait while rank 0 runs METIS; a dead or silent rank is caught by the
 #: health watchdog's heartbeats instead of this timeout

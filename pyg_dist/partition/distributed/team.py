@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Optional, TypeVar
 from pyg_dist.format import _files as files, _partition_io as io, _leftovers as leftovers
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.partition.distributed.comm import ArrayComm
-from pyg_dist.rpc.agreement import DisagreementError, PeerFailedError
+from pyg_dist.rpc._agreement import DisagreementError, PeerFailedError
 
 T = TypeVar("T")
 

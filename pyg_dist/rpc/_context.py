@@ -53,7 +53,7 @@ class DistContext:
         restart_count (int): how many times torchrun restarted this machine's workers
             (``TORCHELASTIC_RESTART_COUNT``); informative (logs, resuming).
         incarnation (str, optional): the id the job's ranks agreed on for this round of
-            workers (:mod:`pyg_dist.rpc.incarnation`); every key pyg_dist keeps in the
+            workers (:mod:`pyg_dist.rpc._incarnation`); every key pyg_dist keeps in the
             rendezvous store is scoped to it. ``None`` until agreed: trainers agree on
             it when they join, sampler workers inherit their trainer's.
     """

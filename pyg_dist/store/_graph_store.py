@@ -16,10 +16,10 @@ from pyg_dist.format._book import RangeBook
 from pyg_dist.format._part_manifest import check_files
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.format._validate import check_graph, check_uid
-from pyg_dist.store.ids import PartitionIds
-from pyg_dist.store.memory import MemoryEdges
-from pyg_dist.store.pyg_graph import PygGraphApi
-from pyg_dist.store.source import FileId, PartitionSource, advise_rows
+from pyg_dist.store._original_ids import PartitionIds
+from pyg_dist.store._from_tensors import MemoryEdges
+from pyg_dist.store._pyg_graph import PygGraphApi
+from pyg_dist.store._source import FileId, PartitionSource, advise_rows
 from pyg_dist._typing import EdgeType, NodeType, edge_type_of
 
 
@@ -74,7 +74,7 @@ class LocalGraphStore(PygGraphApi, GraphStore):
     ``LocalGraphStore()`` (no arguments), :meth:`from_data` and :meth:`from_hetero_data`
     build a store in memory as PyG's do: it holds the edges put (PyG's conversions
     apply). PyG's other names (``get_edge_id``, ``num_partitions``, ``node_pb``, ...)
-    are in :class:`~pyg_dist.store.pyg_graph.PygGraphApi`.
+    are in :class:`~pyg_dist.store._pyg_graph.PygGraphApi`.
 
     Args:
         meta (PartitionMeta, optional): the description of the whole partitioned graph

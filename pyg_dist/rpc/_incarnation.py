@@ -21,7 +21,7 @@ it to every rank through a handshake that no key left by a dead round can fool:
    ``welcome/<nonce>`` = id for each of them.
 
 Sampler worker processes do not take part: they inherit their trainer's incarnation
-through :class:`~pyg_dist.rpc.context.DistContext`.
+through :class:`~pyg_dist.rpc._context.DistContext`.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from typing import Dict, List
 import torch.distributed as dist
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc._context import DistContext
 
 _ROOT = "pyg_dist/incarnation"
 _POLL_S = (0.01, 0.2)  # first and longest pause between looks at the store

@@ -21,7 +21,7 @@ from torch_geometric.data import EdgeAttr
 from torch_geometric.data.graph_store import EdgeLayout
 from torch_geometric.typing import EdgeTensorType
 
-from pyg_dist.store.ids import OwnedIds, check_ids
+from pyg_dist.store._original_ids import OwnedIds, check_ids
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, PYG_HOMO_EDGE, is_homo_alias, parse_edge_key
 
 Key = Tuple[Hashable, str]

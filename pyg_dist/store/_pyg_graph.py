@@ -13,8 +13,8 @@ from torch import Tensor
 from torch_geometric.data import EdgeAttr
 from torch_geometric.utils import sort_edge_index
 
-from pyg_dist.store.memory import MemoryEdges, edge_group
-from pyg_dist.store.pyg_surface import PartitionAttributes
+from pyg_dist.store._from_tensors import MemoryEdges, edge_group
+from pyg_dist.store._pyg_surface import PartitionAttributes
 from pyg_dist._typing import EdgeType, NodeType, edge_type_of
 
 

@@ -2,7 +2,7 @@
 
 Every rank that joins a pyg_dist job (:func:`pyg_dist.init_process_group` or the RPC
 join) starts a daemon thread that bumps its counter ``health/<rank>`` in torchrun's
-store (among the keys of its incarnation, :mod:`pyg_dist.rpc.incarnation`, so a rank
+store (among the keys of its incarnation, :mod:`pyg_dist.rpc._incarnation`, so a rank
 restarted by torchrun never reads the dead incarnation's) every ``interval`` seconds
 and reads its peers' counters. A peer
 whose counter stops moving is *silent*: stopped (``SIGSTOP``), hung with the GIL
@@ -48,8 +48,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 
-from pyg_dist.rpc import incarnation
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc import _incarnation as incarnation
+from pyg_dist.rpc._context import DistContext
 
 log = logging.getLogger("pyg_dist")
 

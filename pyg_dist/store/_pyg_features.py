@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import TensorAttr
 
-from pyg_dist.store.memory import MemoryFeatures, check_global_ids, feature_group
-from pyg_dist.store.pyg_surface import PartitionAttributes
+from pyg_dist.store._from_tensors import MemoryFeatures, check_global_ids, feature_group
+from pyg_dist.store._pyg_surface import PartitionAttributes
 from pyg_dist._typing import PYG_HOMO_EDGE, EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]

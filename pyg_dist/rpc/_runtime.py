@@ -5,7 +5,7 @@ RPC meets through the store torchrun already runs at ``MASTER_ADDR:MASTER_PORT``
 worker processes form groups of their own over the same store. torchrun keeps that
 store when it restarts the workers (``--max-restarts``), so every key pyg_dist uses,
 torch's process group included, lives under the id the ranks of this incarnation
-agreed on (:mod:`pyg_dist.rpc.incarnation`): nothing a dead incarnation left is read.
+agreed on (:mod:`pyg_dist.rpc._incarnation`): nothing a dead incarnation left is read.
 
 One process belongs to at most one RPC group at a time (a torch limitation): the
 trainers' group, or one sampler-worker group. Group names are never taken from a
@@ -15,8 +15,8 @@ loader number every rank agreed on.
 
 Every wait is bounded by the job's timeout (``DistContext.rpc_timeout``): RPCs, and
 pyg_dist's own collectives, which run on a gloo group of their own created with that
-timeout (:mod:`pyg_dist.rpc.process_group`). Errors about a peer name it, and add what
-the health watchdog knows of it (:mod:`pyg_dist.rpc.health`).
+timeout (:mod:`pyg_dist.rpc._process_group`). Errors about a peer name it, and add what
+the health watchdog knows of it (:mod:`pyg_dist.rpc._health`).
 """
 from __future__ import annotations
 
@@ -34,13 +34,13 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.rpc import health, network, stores
-from pyg_dist.rpc.agreement import agree
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
-from pyg_dist.rpc.process_group import ensure_process_group
-from pyg_dist.rpc.registry import RemoteFailure, dispatch, reads_partition_only, run_local
-from pyg_dist.rpc.stores import store_address
+from pyg_dist.rpc import _health as health, _network as network, _stores as stores
+from pyg_dist.rpc._agreement import agree
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc._event_loop import EventLoopThread, wrap_future
+from pyg_dist.rpc._process_group import ensure_process_group
+from pyg_dist.rpc._registry import RemoteFailure, dispatch, reads_partition_only, run_local
+from pyg_dist.rpc._stores import store_address
 
 log = logging.getLogger("pyg_dist")
 
@@ -174,7 +174,7 @@ class RpcGroup:
     def agree(self, what: str, must_match: Dict[str, Any],
               info: Optional[Dict[str, Any]] = None,
               error: Optional[BaseException] = None) -> list:
-        """:func:`pyg_dist.rpc.agreement.agree` over this group's trainers."""
+        """:func:`pyg_dist.rpc._agreement.agree` over this group's trainers."""
         return agree(what, must_match, self.world_size, self.cpu_group, info, error)
 
 

@@ -2,7 +2,7 @@
 
 torchrun keeps one store for the whole job, across restarts of the workers; pyg_dist
 reads and writes only the keys of the current incarnation
-(:mod:`pyg_dist.rpc.incarnation`).
+(:mod:`pyg_dist.rpc._incarnation`).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, Optional, Tuple
 
 import torch.distributed as dist
 
-from pyg_dist.rpc import incarnation
-from pyg_dist.rpc.context import DistContext
+from pyg_dist.rpc import _incarnation as incarnation
+from pyg_dist.rpc._context import DistContext
 
 log = logging.getLogger("pyg_dist")
 

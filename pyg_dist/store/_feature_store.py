@@ -14,10 +14,10 @@ from pyg_dist.format._book import RangeBook
 from pyg_dist.format._part_manifest import check_files
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import MADV_DONTNEED, advise
-from pyg_dist.store.ids import OwnedIds, PartitionIds
-from pyg_dist.store.memory import MemoryFeatures, feature_group
-from pyg_dist.store.pyg_features import PygFeatureApi, tensor_attrs
-from pyg_dist.store.source import FileId, PartitionSource, advise_rows
+from pyg_dist.store._original_ids import OwnedIds, PartitionIds
+from pyg_dist.store._from_tensors import MemoryFeatures, feature_group
+from pyg_dist.store._pyg_features import PygFeatureApi, tensor_attrs
+from pyg_dist.store._source import FileId, PartitionSource, advise_rows
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
@@ -46,7 +46,7 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
     or an edge type otherwise), as PyG's loaders pass them, and raise a one-line error
     naming ``index`` for ids it does not own, out of range, or not integers. The lookup
     is local (``searchsorted`` over the partition's mapped original ids; see
-    :class:`~pyg_dist.store.ids.OwnedIds`). ``index=None`` returns (``put_tensor``:
+    :class:`~pyg_dist.store._original_ids.OwnedIds`). ``index=None`` returns (``put_tensor``:
     takes) every owned row, in the partition's row order, aligned with
     :attr:`_global_id`. For a homogeneous graph, ``group_name=None`` also finds edge
     attributes (e.g. ``edge_attr``) when no node attribute has that name.
@@ -56,11 +56,11 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
 
     ``LocalFeatureStore()`` (no arguments), :meth:`from_data` and
     :meth:`from_hetero_data` build a store in memory as PyG's do
-    (:mod:`pyg_dist.store.memory`): it holds what is put, and ``index`` takes the ids
+    (:mod:`pyg_dist.store._from_tensors`): it holds what is put, and ``index`` takes the ids
     given by :meth:`put_global_id` (row numbers where none were given). PyG's other
     names (``get_global_id``, ``get_tensor_from_global_id``, ``num_partitions``,
     ``partition_idx``, ``node_feat_pb``, ...) are in
-    :class:`~pyg_dist.store.pyg_features.PygFeatureApi`.
+    :class:`~pyg_dist.store._pyg_features.PygFeatureApi`.
 
     Args:
         meta (PartitionMeta, optional): the description of the whole partitioned graph
@@ -333,7 +333,7 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         """Every stored attribute, groups as PyG names them, in PyG's order (see
-        :meth:`~pyg_dist.store.pyg_features.PygFeatureApi.pyg_attr_keys`)."""
+        :meth:`~pyg_dist.store._pyg_features.PygFeatureApi.pyg_attr_keys`)."""
         return tensor_attrs(self.pyg_attr_keys(), self._tensor_attr_cls)
 
     def attr_names(self, group: Group) -> List[str]:

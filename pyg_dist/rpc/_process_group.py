@@ -2,8 +2,8 @@
 
 Collectives (DDP's gradient all-reduce and pyg_dist's own) time out after the job's
 timeout (``DistContext.rpc_timeout``) instead of torch's 30 minutes, meet under this
-incarnation's keys of torchrun's store (:mod:`pyg_dist.rpc.incarnation`), and a
-stalled or failed rank is named by the health watchdog (:mod:`pyg_dist.rpc.health`).
+incarnation's keys of torchrun's store (:mod:`pyg_dist.rpc._incarnation`), and a
+stalled or failed rank is named by the health watchdog (:mod:`pyg_dist.rpc._health`).
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any, Dict, Optional
 
 import torch.distributed as dist
 
-from pyg_dist.rpc import health, incarnation, network, stores
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.stores import store_address
+from pyg_dist.rpc import _health as health, _incarnation as incarnation, _network as network, _stores as stores
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc._stores import store_address
 
 log = logging.getLogger("pyg_dist")
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.store.ids import PartitionIds, check_ids
+from pyg_dist.store._original_ids import PartitionIds, check_ids
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Book = Union["OriginalBook", Dict[Any, "OriginalBook"], Tensor, None]

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch.distributed as dist
 
 from pyg_dist.errors import PygDistError
-from pyg_dist.rpc import health
+from pyg_dist.rpc import _health as health
 
 
 class DisagreementError(ValueError, PygDistError):
