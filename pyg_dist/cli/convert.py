@@ -13,8 +13,8 @@ from typing import List, Optional
 
 from pyg_dist.cli.common import Parser, UsageError, run_main
 from pyg_dist.cli.partition import summary_table
-from pyg_dist.convert.pickles import PygFormatError
-from pyg_dist.convert.pyg import convert_pyg_partitions
+from pyg_dist.convert._pickles import PygFormatError
+from pyg_dist.convert._pyg import convert_pyg_partitions
 from pyg_dist.datasets._errors import DatasetError
 from pyg_dist.format._meta import PartitionFormatError
 

@@ -24,10 +24,10 @@ from pyg_dist.datasets._pyg_extras import (ExtrasLayout, choose_labelled_type, e
                                           labelled_node_type, write_pyg_extras)
 from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.partition.api import (DEFAULT_RANK_BUDGET, PartitionResult, check_request,
+from pyg_dist.partition._api import (DEFAULT_RANK_BUDGET, PartitionResult, check_request,
                                     env_world_size, partition)
-from pyg_dist.partition.options import PartitionOptions
-from pyg_dist.partition.outofcore.budget import format_size, parse_size, peak_rss_bytes
+from pyg_dist.partition._options import PartitionOptions
+from pyg_dist.partition._outofcore.budget import format_size, parse_size, peak_rss_bytes
 from pyg_dist._progress import step
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
@@ -150,7 +150,7 @@ def prepare_extras(args: argparse.Namespace) -> Optional[ExtrasLayout]:
 def check_kaminpar() -> None:
     """Raises :class:`UsageError` (one line) when ``--method kaminpar`` cannot be used,
     before any dataset is loaded."""
-    from pyg_dist.partition.kaminpar_assign import kaminpar_module
+    from pyg_dist.partition._kaminpar_assign import kaminpar_module
 
     try:
         kaminpar_module()

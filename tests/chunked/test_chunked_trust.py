@@ -161,7 +161,7 @@ def test_huge_node_count_is_refused_by_the_multi_machine_partitioner(place: Path
                                                                      tmp_path: Path) -> None:
     """The same check on one rank of :class:`DistPartitioner` (same ``open_source``)."""
     from pyg_dist.chunked import ChunkedTooLargeError
-    from pyg_dist.partition.distributed import DistPartitioner
+    from pyg_dist.partition._distributed import DistPartitioner
 
     _edit(place, lambda m: (m.update(num_nodes_per_chunk=[[10**15]]), m.pop("node_data")))
     with pytest.raises(ChunkedTooLargeError, match="more than the"):

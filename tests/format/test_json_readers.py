@@ -18,7 +18,7 @@ from pyg_dist.checkpoint.files import INFO, Info
 from pyg_dist.chunked._errors import ChunkedFormatError
 from pyg_dist.chunked._metadata import ChunkedMeta
 from pyg_dist.convert import PygFormatError
-from pyg_dist.convert.pyg_layout import PygLayout
+from pyg_dist.convert._pyg_layout import PygLayout
 from pyg_dist.format import PartitionFormatError
 from pyg_dist.format._part_manifest import MANIFEST_FILE
 from pyg_dist.inference import ExportFormatError, read_export

@@ -13,9 +13,9 @@ from pyg_dist.chunked import write_chunked
 from pyg_dist.datasets._synthetic import community_graph
 from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import partition
-from pyg_dist.partition.api import choose_mode
-from pyg_dist.partition.distributed import ArrayComm
-from pyg_dist.partition.options import (FOLDER_ONLY, MODES, REFUSED, PartitionOptionError,
+from pyg_dist.partition._api import choose_mode
+from pyg_dist.partition._distributed import ArrayComm
+from pyg_dist.partition._options import (FOLDER_ONLY, MODES, REFUSED, PartitionOptionError,
                                         method_label, refusal)
 
 NODES = 120

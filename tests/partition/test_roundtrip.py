@@ -153,7 +153,7 @@ def test_memory_is_per_partition(cora, tmp_path: Path) -> None:
 
 def test_coarsens_by_itself_only_when_metis_would_not_fit(cora, tmp_path: Path,
                                                          monkeypatch) -> None:
-    from pyg_dist.partition import assign
+    from pyg_dist.partition import _assign as assign
 
     assert assign.should_coarsen(1 << 30, 64 << 30) is False
     assert assign.should_coarsen(1 << 30, 4 << 30) is True

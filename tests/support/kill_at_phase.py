@@ -13,7 +13,7 @@ rank, the phase's end is followed by ``SIGKILL`` of the process (not an exceptio
 output folder (the ``renamed`` phase watches renames of it). Phases (:data:`PHASES`):
 
 - ``assign``, ``relabel``, ``order_edges``, ``copy_rows``, ``uid``: the partition
-  pipeline's steps (:meth:`~pyg_dist.partition.pipeline.Team.reached`);
+  pipeline's steps (:meth:`~pyg_dist.partition._pipeline.Team.reached`);
 - ``part_<p>``: partition ``p``'s files are written;
 - ``pairs``: the first of this rank's export file pairs is written; ``manifest``: the export's
   manifest is written;
@@ -69,8 +69,8 @@ def before(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
 
 
 def arm_pipeline(phase: str) -> None:
-    from pyg_dist.partition import pipeline
-    from pyg_dist.partition.distributed import team
+    from pyg_dist.partition import _pipeline as pipeline
+    from pyg_dist.partition._distributed import team
 
     if phase in PIPELINE:
         for cls in (pipeline.OneProcess, team.RankTeam):
