@@ -108,7 +108,7 @@ def _owners(sampler, ids: torch.Tensor):
 
 def kernel_pass(sampler, passes: Dict[str, list], fanout: List[int]) -> List[float]:
     """Milliseconds of the sampling kernel alone per batch, over the batch's frontiers."""
-    from pyg_dist.sampler.kernels import sample_one_hop
+    from pyg_dist.sampler._sample_kernels import sample_one_hop
 
     edge_type = sampler.meta.edge_types[0]
     laps = []
@@ -148,7 +148,7 @@ def gather_pass(sampler, passes: Dict[str, list]) -> List[float]:
 def stats_cost(sampler, passes: Dict[str, list], batch_size: int) -> Dict[str, float]:
     """The same batches sampled and fetched with and without a stage record, back to back
     in alternating order: the median per-batch ratio, and the clock's cost per read."""
-    from pyg_dist.sampler import timing
+    from pyg_dist.sampler import _timing as timing
 
     async def one(seeds, rng, record: bool):
         if not record:

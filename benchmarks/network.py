@@ -116,7 +116,7 @@ def _probe(sampler: Any, rows: int, total_mb: float, rate: Optional[float]) -> D
     fetch_s = time.perf_counter() - start
     got = fetcher.stats.reset()
     own = torch.randint(lo, hi, (sum(p.numel() for p in picks[1:]),), generator=g) - lo
-    from pyg_dist.sampler.types import FeatureRequest
+    from pyg_dist.sampler._types import FeatureRequest
     request = FeatureRequest(nodes={node_type: own + lo}, node_attrs={node_type: fetcher.node_attrs[node_type]},
                              node_wire={node_type: dict(fetcher.wire.get(("nodes", node_type), {}))})
     start = time.perf_counter()
@@ -186,7 +186,7 @@ def _predict(graph: Any, fetched: List[torch.Tensor], budgets: Dict[str, int],
              row_bytes: int) -> Dict[str, Any]:
     """Hit rates on the last 3/4 of the batches of caches ranked by halo edge counts,
     by a pre-pass over the first 1/4, and by the batches themselves (the best)."""
-    from pyg_dist.sampler.cache import choose
+    from pyg_dist.sampler._cache.feature_cache import choose
 
     node_type = graph.meta.node_types[0]
     n = graph.meta.num_nodes[node_type]

@@ -261,7 +261,7 @@ def test_pending_entries_still_exist() -> None:
 
 def test_checks_name_the_offending_import(tmp_path: Path) -> None:
     """The checks see function-level imports and name the import that breaks a rule."""
-    fake = Use("pyg_dist.rpc._registry", 7, "pyg_dist.sampler.serving", "_served")
+    fake = Use("pyg_dist.rpc._registry", 7, "pyg_dist.sampler._serving", "_served")
     USES.append(fake)
     try:
         assert any(k == fake.key and "layer 'rpc' imports layer 'sampler'" in why
@@ -271,7 +271,7 @@ def test_checks_name_the_offending_import(tmp_path: Path) -> None:
     finally:
         USES.remove(fake)
     lazy = [u for u in USES if u.source == "pyg_dist.loader.workers"  # inside a function
-            and u.target == "pyg_dist.sampler.warmup"]
+            and u.target == "pyg_dist.sampler._warmup"]
     assert lazy, "function-level imports must be part of the graph"
 
 

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from pyg_dist.format._book import RangeBook
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.sampler.id_lookup import relabel
+from pyg_dist.sampler._id_lookup import relabel
 from pyg_dist.rpc import _runtime as runtime
 
 PartitionLike = Union[RangeBook, PartitionMeta, Sequence[int], None]
@@ -148,7 +148,7 @@ class GraphRows:
     partition ``p`` live on its ranks). The translation uses the id tables of the
     partition this process serves (:func:`pyg_dist.init_rpc` with stores, or any
     loader): owned ids from its mapped table, the others asked of the other partitions
-    in one round trip (:func:`~pyg_dist.sampler.id_lookup.relabel`).
+    in one round trip (:func:`~pyg_dist.sampler._id_lookup.relabel`).
 
     Args:
         meta (PartitionMeta): the partitioned graph.

@@ -37,8 +37,8 @@ from pyg_dist.inference.stage import Plan, Stage
 from pyg_dist.inference.subgraph import OneHop, one_hop, ranges
 from pyg_dist._progress import track
 from pyg_dist.rpc import DistContext
-from pyg_dist.sampler.neighbor_sampler import unpack_stores
-from pyg_dist.sampler.serving import serving_group
+from pyg_dist.sampler._neighbor_sampler import unpack_stores
+from pyg_dist.sampler._serving import serving_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType
 

@@ -23,8 +23,8 @@ from pyg_dist.embedding import DistTensor
 from pyg_dist.format._book import RangeBook
 from pyg_dist._madvise import MADV_DONTNEED, advise
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler.features import FeatureFetcher
-from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler._features import FeatureFetcher
+from pyg_dist.sampler._local import LocalSampler
 from pyg_dist._typing import NodeType
 
 _RUNS = itertools.count()

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import torch
 
-from pyg_dist.sampler.cache import check_budget
+from pyg_dist.sampler._cache.feature_cache import check_budget
 
 
 def _shown(value: Any) -> str:

@@ -36,13 +36,13 @@ from pyg_dist.rpc import _incarnation as incarnation, _runtime as runtime
 from pyg_dist.rpc._agreement import agree
 from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._process_group import ensure_process_group
-from pyg_dist.sampler.cache import CacheStats
+from pyg_dist.sampler._cache.feature_cache import CacheStats
 from pyg_dist.store._original_ids import BATCH_IDS, PartIds
-from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
-from pyg_dist.sampler import wire
-from pyg_dist.sampler.serving import partitioning
-from pyg_dist.sampler.types import NumNeighbors
-from pyg_dist.sampler.wire import WireSpec
+from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler import _wire as wire
+from pyg_dist.sampler._serving import partitioning
+from pyg_dist.sampler._types import NumNeighbors
+from pyg_dist.sampler._wire import WireSpec
 from pyg_dist.store import LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType
 
@@ -98,7 +98,7 @@ class DistLoader:
             process (trainer or worker) holds its own copy.
         wire_dtype (optional): float32 attributes peers send as ``bfloat16`` or
             ``float16`` (half the bytes; values rounded to that type); a type for all,
-            or a dict by attribute (:mod:`pyg_dist.sampler.wire`). Default: as stored.
+            or a dict by attribute (:mod:`pyg_dist.sampler._wire`). Default: as stored.
         **pyg_options: the loader options of ``torch_geometric.distributed``
             (``master_addr``, ``master_port``, ``channel``, ``async_sampling``,
             ``persistent_workers``, ``filter_per_worker``, ``num_rpc_threads``,
@@ -207,7 +207,7 @@ class DistLoader:
 
     @property
     def ids(self) -> PartIds:
-        """The original ids of this rank's partition (:mod:`pyg_dist.sampler.ids`)."""
+        """The original ids of this rank's partition (:mod:`pyg_dist.store._original_ids`)."""
         if self._ids is None:
             self._ids = PartIds.of_stores(self.features, self.graph)
         return self._ids

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.sampler.types import (FeatureResponse, LinkSeeds, NodeSeeds, SampledBatch,
+from pyg_dist.sampler._types import (FeatureResponse, LinkSeeds, NodeSeeds, SampledBatch,
                                     SampledSubgraph)
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType
 

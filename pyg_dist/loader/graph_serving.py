@@ -1,9 +1,9 @@
 """What one partition answers for the whole-graph view (:class:`~pyg_dist.DistGraph`).
 
 Two read-only RPC callees, served from the partition's mapped files (so a
-same-machine peer may run them on its own mapping, :mod:`pyg_dist.sampler.direct`);
+same-machine peer may run them on its own mapping, :mod:`pyg_dist.sampler._direct`);
 the third it uses, ``graph.find_ids`` (original -> relabelled ids), lives with the
-samplers in :mod:`pyg_dist.sampler.id_lookup`:
+samplers in :mod:`pyg_dist.sampler._id_lookup`:
 
 * ``graph.degrees``: in-degrees of owned nodes (``indptr`` differences), or the
   out-degree contribution of this partition's stored edges to any nodes (edges are
@@ -11,7 +11,7 @@ samplers in :mod:`pyg_dist.sampler.id_lookup`:
 * ``graph.edge_ends``: relabelled ``(src, dst)`` of owned edges.
 
 Every request comes from a peer, so it is checked before use; every answer is checked
-by the caller (:func:`~pyg_dist.sampler.id_lookup.check_answer`).
+by the caller (:func:`~pyg_dist.sampler._id_lookup.check_answer`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.rpc import callee, served
-from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler._local import LocalSampler
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.store._original_ids import check_ids
 from pyg_dist._typing import EdgeType

@@ -11,9 +11,9 @@ How each answer is found (no whole-graph table anywhere):
 1. original -> relabelled: ids this partition owns are looked up in its mapped id
    table; the rest are asked of every other partition at once (``graph.find_ids``,
    one request per partition, all in flight), each answering for what it owns
-   (:mod:`pyg_dist.sampler.id_lookup`);
+   (:mod:`pyg_dist.sampler._id_lookup`);
 2. then one request per owner, through the helpers the samplers use: rows with
-   :class:`~pyg_dist.sampler.features.FeatureFetcher` (split by owner, remote first,
+   :class:`~pyg_dist.sampler._features.FeatureFetcher` (split by owner, remote first,
    local rows meanwhile), hops with :class:`~pyg_dist.DistNeighborSampler`, and the
    callees of :mod:`pyg_dist.loader.graph_serving` for degrees and edge ends;
 3. relabelled -> original: owners send original ids as one more column of their rows.
@@ -28,14 +28,14 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from pyg_dist.loader import graph_serving
-from pyg_dist.sampler.id_lookup import check_answer, relabel
+from pyg_dist.sampler._id_lookup import check_answer, relabel
 from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._routing import fan_out, split_by_owner
-from pyg_dist.sampler.features import FeatureFetcher
-from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler, unpack_stores
-from pyg_dist.sampler.serving import serving_group
-from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.sampler._features import FeatureFetcher
+from pyg_dist.store._original_ids import ID_ATTR
+from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler._serving import serving_group
+from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store._original_ids import Group, PartIds, check_ids
 from pyg_dist._typing import EdgeType, NodeType, edge_key

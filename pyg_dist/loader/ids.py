@@ -1,6 +1,6 @@
 """Translating the user's original ids to relabelled ids and back, in one collective.
 
-The rule and the per-partition tables are in :mod:`pyg_dist.sampler.ids`. Here, ids a
+The rule and the per-partition tables are in :mod:`pyg_dist.store._original_ids`. Here, ids a
 rank holds that its own partition cannot answer (seeds owned elsewhere, halo sources
 of ``edge_split``) are asked of every partition at once:
 

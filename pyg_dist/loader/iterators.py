@@ -12,8 +12,8 @@ from pyg_dist.loader.collate import Batch
 from pyg_dist.loader.producer import Produced
 from pyg_dist.loader.stats import StatsRecorder
 from pyg_dist.loader.workers import WorkerPool
-from pyg_dist.sampler import timing
-from pyg_dist.sampler.cache import CacheStats
+from pyg_dist.sampler import _timing as timing
+from pyg_dist.sampler._cache.feature_cache import CacheStats
 
 
 class PassIterator:

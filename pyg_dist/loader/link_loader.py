@@ -13,7 +13,7 @@ from pyg_dist.loader.ids import to_relabelled
 from pyg_dist.loader.node_loader import as_id_tensor
 from pyg_dist.loader.seeds import stored_edges
 from pyg_dist.store._original_ids import PartIds, check_ids
-from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import EdgeType
 

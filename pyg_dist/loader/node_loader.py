@@ -11,7 +11,7 @@ from pyg_dist.loader.arguments import check_pair, check_tensor
 from pyg_dist.loader.base import DistLoader, LoaderSeeds
 from pyg_dist.loader.ids import check_labels, to_relabelled
 from pyg_dist.store._original_ids import PartIds, check_ids
-from pyg_dist.sampler.types import NumNeighbors
+from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import NodeType
 

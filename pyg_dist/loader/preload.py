@@ -4,7 +4,7 @@ kernels, so that every process forked from it starts with them.
 Two fork servers import it: the one a trainer starts for its sampler workers
 (:data:`pyg_dist.loader.workers.PRELOAD`) and the test suite's
 (:data:`pyg_dist.testing.launch.PRELOAD`). Every process that samples calls
-:func:`~pyg_dist.sampler.warmup.warm_up` before joining RPC; from numba's on-disk cache
+:func:`~pyg_dist.sampler._warmup.warm_up` before joining RPC; from numba's on-disk cache
 that still takes about a second of CPU per process, and with an empty cache (a clean
 install) it compiles every kernel. Done here, it happens once per server. Numba compiles
 nothing in parallel, so the server starts no threads and the fork is safe.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from pyg_dist.sampler.warmup import warm_up
+from pyg_dist.sampler._warmup import warm_up
 
 try:
     warm_up()

@@ -10,10 +10,10 @@ from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamp
 
 from pyg_dist.loader.collate import Batch, OriginalIds, collate
 from pyg_dist.loader.ids import label_rows
-from pyg_dist.sampler import timing
-from pyg_dist.sampler.cache import CacheStats
-from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler import _timing as timing
+from pyg_dist.sampler._cache.feature_cache import CacheStats
+from pyg_dist.store._original_ids import ID_ATTR
+from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
 from pyg_dist._typing import EdgeType, NodeType
 
 
@@ -70,7 +70,7 @@ class BatchProducer:
 
     async def produce_timed(self, task: BatchTask) -> "Produced":
         """The batch of ``task`` and where its time went
-        (:class:`~pyg_dist.sampler.timing.BatchTimes`)."""
+        (:class:`~pyg_dist.sampler._timing.BatchTimes`)."""
         with timing.recording() as times:
             batch = await self._produce(task, times)
         return Produced(batch, times)
@@ -87,7 +87,7 @@ class BatchProducer:
         feats = await self.sampler.fetcher.fetch(sub.node, sub.edge, unique=repeats,
                                                  every_type=True)
         # owners sent every node's original id with its rows, and every edge's with the
-        # hop that sampled it (pyg_dist.sampler.ids)
+        # hop that sampled it (pyg_dist.store._original_ids)
         nodes = {t: a.pop(ID_ATTR) for t, a in feats.nodes.items() if ID_ATTR in a}
         edges = dict(sub.original_edge or {})
         start = timing.now_ns()

@@ -1,7 +1,7 @@
 """Where a loader's time went: per-batch stage times and rows moved, added up for users.
 
 Every batch's producer (the trainer's event loop, or a sampler worker) records a
-:class:`~pyg_dist.sampler.timing.BatchTimes`; the batch carries it to the trainer,
+:class:`~pyg_dist.sampler._timing.BatchTimes`; the batch carries it to the trainer,
 whose iterator adds what it saw itself: how long the training loop waited for the
 batch (``wait``) and the loader's last steps on it (``finish``: transform, pinning, the
 copy to the device). :meth:`StatsRecorder.summary` turns the records into a
@@ -14,9 +14,9 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pyg_dist.sampler import timing
+from pyg_dist.sampler import _timing as timing
 
-#: the producer's stages (:mod:`pyg_dist.sampler.timing`), then the trainer's own
+#: the producer's stages (:mod:`pyg_dist.sampler._timing`), then the trainer's own
 STAGES: Tuple[str, ...] = timing.STAGES + ("produce", "kernel", "wait", "finish")
 
 

@@ -36,7 +36,7 @@ import torch.multiprocessing as tmp
 from pyg_dist.loader.producer import BatchProducer, ProducerSpec
 from pyg_dist.rpc import _health as health, _runtime as runtime
 from pyg_dist.rpc._context import DistContext
-from pyg_dist.sampler.cache import CacheStats
+from pyg_dist.sampler._cache.feature_cache import CacheStats
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 
@@ -65,12 +65,12 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
     os.environ.update(env)  # the trainer's, its launcher's variables left out
     results.send((STARTED, spec.index, None, None))
     torch.set_num_threads(spec.threads)
-    from pyg_dist.sampler.neighbor_sampler import DistNeighborSampler
-    from pyg_dist.sampler.direct import open_direct
-    from pyg_dist.sampler.local import serving_objects
-    from pyg_dist.sampler.shared_cache import attach
+    from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
+    from pyg_dist.sampler._direct import open_direct
+    from pyg_dist.sampler._local import serving_objects
+    from pyg_dist.sampler._cache.shared import attach
     from pyg_dist.store._source import FileId
-    from pyg_dist.sampler.warmup import warm_up
+    from pyg_dist.sampler._warmup import warm_up
 
     warm_up()  # before joining: no peer waits on this worker's compiler
     group = runtime.join_rpc(spec.ctx, spec.graph.num_parts,

@@ -48,7 +48,7 @@ class DistContext:
             named by pyg_dist).
         direct_reads (bool, optional): read other partitions' files directly when
             their owner runs on this machine and mapped them
-            (:mod:`pyg_dist.sampler.direct`); ``None`` (default): on unless
+            (:mod:`pyg_dist.sampler._direct`); ``None`` (default): on unless
             ``PYG_DIST_DIRECT_READS=0``.
         restart_count (int): how many times torchrun restarted this machine's workers
             (``TORCHELASTIC_RESTART_COUNT``); informative (logs, resuming).

@@ -4,7 +4,7 @@ The function sent over the wire is always :func:`dispatch`, referenced by module
 path; it looks the callee up by name in the receiving process. The registry knows no
 callee itself (rpc sits below the layers that define them): the layer that owns a
 callee registers it with :func:`callee` when its module is imported, and imports that
-module where it starts serving: ``pyg_dist.sampler.serving.CALLEE_MODULES``
+module where it starts serving: ``pyg_dist.sampler._serving.CALLEE_MODULES``
 (``sampler.hop``, ``sampler.features``, ``sampler.has_edges``) and
 :mod:`pyg_dist.embedding.tensor` (``embedding.read``, ``embedding.write``, defined in
 :mod:`pyg_dist.embedding.shards`). A peer only calls a callee on a process
@@ -68,7 +68,7 @@ def callee(name: str, reads_partition_only: bool = False) -> Callable[[F], F]:
     ``reads_partition_only``: the callee reads nothing but the served partition's files
     (topology, stored attributes), so a same-machine caller that mapped the same files
     may run it on its own mapping instead of calling the owner
-    (:mod:`pyg_dist.sampler.direct`). Never for writable state such as embeddings.
+    (:mod:`pyg_dist.sampler._direct`). Never for writable state such as embeddings.
     """
     def register(fn: F) -> F:
         if name in _CALLEES and _CALLEES[name] is not fn:

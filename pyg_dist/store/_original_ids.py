@@ -43,6 +43,11 @@ from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
 
+#: the reserved attribute name under which owners send original ids with their rows:
+#: remote rows, direct same-machine reads and the feature cache all carry it, so
+#: relabelled -> original for batches costs no extra round trip
+ID_ATTR = "__original_id__"
+
 _CHUNK = 1 << 20
 
 

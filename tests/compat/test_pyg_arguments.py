@@ -17,7 +17,7 @@ from pyg_dist import (DistContext, DistNeighborLoader, DistNeighborSampler, Loca
 from pyg_dist.datasets._synthetic import community_graph
 from pyg_dist.loader.compat import rendezvous_context
 from pyg_dist.rpc import _runtime as runtime
-from pyg_dist.sampler import compat
+from pyg_dist.sampler import _compat as compat
 from pyg_dist.testing import free_port, run_ranks
 from pyg_dist.testing.graphs import encode_ids
 

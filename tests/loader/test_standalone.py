@@ -241,7 +241,7 @@ def test_a_sampler_keeps_freed_memory_for_its_batches(cora1, monkeypatch):
     """Every process that samples (trainer, sampler worker, DistGraph) builds a
     DistNeighborSampler, which asks malloc to keep freed blocks
     (tests/sampler/test_malloc.py: what that does to page faults)."""
-    import pyg_dist.sampler.neighbor_sampler as module
+    import pyg_dist.sampler._neighbor_sampler as module
 
     calls = []
     monkeypatch.setattr(module, "keep_freed_memory", lambda: calls.append(1) or 64)

@@ -22,7 +22,7 @@ from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, P
 from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
 from pyg_dist.format import _partition_io as io
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler._local import LocalSampler
 from pyg_dist._typing import HOMO_EDGE, edge_key
 from forge import forge, reseal
 

@@ -16,8 +16,8 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
+from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.sampler._types import FeatureRequest, FeatureResponse
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.testing.graphs import encode_ids
 

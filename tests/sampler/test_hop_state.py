@@ -3,9 +3,9 @@ column of original edge ids."""
 import pytest
 import torch
 
-from pyg_dist.sampler.hop_state import ID_BITS, Column, HopState
-from pyg_dist.sampler.kernels import sample_one_hop
-from pyg_dist.sampler.types import HopRequest, HopResponse
+from pyg_dist.sampler._hop_state import ID_BITS, Column, HopState
+from pyg_dist.sampler._sample_kernels import sample_one_hop
+from pyg_dist.sampler._types import HopRequest, HopResponse
 
 AA, AB = ("a", "to", "a"), ("a", "to", "b")  # (src, rel, dst): a-neighbours of a / of b
 T = torch.tensor

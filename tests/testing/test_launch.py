@@ -25,7 +25,7 @@ def test_a_rank_that_crashes_after_its_result_fails_the_run() -> None:
 
 
 def _warm_up_seconds() -> float:
-    from pyg_dist.sampler.warmup import warm_up
+    from pyg_dist.sampler._warmup import warm_up
 
     return warm_up()
 

@@ -6,14 +6,14 @@ response would exceed ``max_rpc_bytes`` (bounded buffers are reused by the
 allocator instead of being faulted in afresh on both sides, and the sender gathers
 the next piece while the previous one is on the wire). Meanwhile the rows of this
 process's partition and of partitions read directly on this machine
-(:mod:`pyg_dist.sampler.direct`) are gathered straight into the output, and every
+(:mod:`pyg_dist.sampler._direct`) are gathered straight into the output, and every
 response is copied once, into its rows of the output. Deduplication (``unique=True``)
 is a hash map, O(ids).
 
 Every response is checked against its request and the local schema before a row is
-copied (:func:`~pyg_dist.sampler.checks.check_feature_response`): a peer that sends
+copied (:func:`~pyg_dist.sampler._checks.check_feature_response`): a peer that sends
 rows of another width, dtype or count gets a
-:class:`~pyg_dist.sampler.checks.RemoteResponseError` naming it,
+:class:`~pyg_dist.sampler._checks.RemoteResponseError` naming it,
 and the row-copy kernel itself refuses any copy that would leave its tensors.
 """
 from __future__ import annotations
@@ -29,17 +29,17 @@ from pyg_dist.format._book import RangeBook
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc._routing import fan_out, split_by_owner
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler.cache import Budget, FeatureCache, choose
-from pyg_dist.sampler.checks import (RowLayout, check_direct_rows,
+from pyg_dist.sampler._cache.feature_cache import Budget, FeatureCache, choose
+from pyg_dist.sampler._checks import (RowLayout, check_direct_rows,
                                     check_feature_response, check_index)
-from pyg_dist.sampler.ids import ID_ATTR
+from pyg_dist.store._original_ids import ID_ATTR
 from pyg_dist._madvise import empty_large
-from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler.node_index import NodeIndex
-from pyg_dist.sampler.rows import Rows, place, place_cast
-from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
-from pyg_dist.sampler.wire import WireSpec, plan
-from pyg_dist.sampler import timing
+from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.sampler._node_index import NodeIndex
+from pyg_dist.sampler._gather import Rows, place, place_cast
+from pyg_dist.sampler._types import FeatureRequest, FeatureResponse
+from pyg_dist.sampler._wire import WireSpec, plan
+from pyg_dist.sampler import _timing as timing
 from pyg_dist._typing import EdgeType, NodeType
 
 Group = Union[NodeType, EdgeType]
@@ -145,9 +145,9 @@ class FeatureFetcher:
         max_rpc_bytes (int): response size above which a request to one partition is
             split into several (all in flight at once).
         wire_dtype: float32 attributes that peers send as bfloat16/float16 (see
-            :mod:`pyg_dist.sampler.wire`; default: none).
+            :mod:`pyg_dist.sampler._wire`; default: none).
         original_ids (bool): also read every node's original id from its owner, as one
-            more column of its rows (:data:`~pyg_dist.sampler.ids.ID_ATTR`), for every
+            more column of its rows (:data:`~pyg_dist.store._original_ids.ID_ATTR`), for every
             node type: no extra round trip. (Sampled edges' original ids come with the
             hop that sampled them: ``SampledSubgraph.original_edge``.)
     """
@@ -180,7 +180,7 @@ class FeatureFetcher:
 
     def build_cache(self, budget: Budget, skip_parts: Tuple[int, ...] = ()) -> Optional[FeatureCache]:
         """Fills :attr:`cache` with the most referenced remote node rows within
-        ``budget`` (see :mod:`pyg_dist.sampler.cache`); ``0``/``None`` disables it."""
+        ``budget`` (see :mod:`pyg_dist.sampler._cache.feature_cache`); ``0``/``None`` disables it."""
         self.cache = None
         chosen, row_bytes = self.cache_plan(budget, skip_parts)
         if chosen:

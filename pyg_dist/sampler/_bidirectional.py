@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.types import SampledSubgraph
+from pyg_dist.sampler._types import SampledSubgraph
 from pyg_dist._typing import EdgeType
 
 

@@ -19,9 +19,9 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc._routing import fan_out
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler.checks import RemoteResponseError
-from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler.types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig
+from pyg_dist.sampler._checks import RemoteResponseError
+from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.sampler._types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig
 from pyg_dist.store import LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType
 
@@ -30,7 +30,7 @@ NEGATIVE_ROUNDS = 3
 
 class SubgraphSampler(Protocol):
     """What link sampling uses of the
-    :class:`~pyg_dist.sampler.neighbor_sampler.DistNeighborSampler` calling it (a protocol:
+    :class:`~pyg_dist.sampler._neighbor_sampler.DistNeighborSampler` calling it (a protocol:
     the sampler imports this module, not the other way round)."""
     meta: PartitionMeta
     graph: LocalGraphStore

@@ -1,7 +1,7 @@
 """One copy of the feature cache per machine, whatever its number of trainers.
 
 Trainers on one machine that serve the same partition with the same cache options
-choose the same rows (:func:`pyg_dist.sampler.cache.choose` depends only on those). The
+choose the same rows (:func:`pyg_dist.sampler._cache.feature_cache.choose` depends only on those). The
 first of them to claim the cache in the job's store (keys of the current incarnation)
 fetches the rows once and writes them to a file in a memory-backed folder
 (``PYG_DIST_CACHE_DIR``, default ``/dev/shm``); the others, and the sampler workers of
@@ -35,10 +35,10 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.cache import Budget, FeatureCache
-from pyg_dist.sampler.cache_file import (SharedCacheError, check_digest, check_payload,
+from pyg_dist.sampler._cache.feature_cache import Budget, FeatureCache
+from pyg_dist.sampler._cache.file import (SharedCacheError, check_digest, check_payload,
                                          holder, write)
-from pyg_dist.sampler.direct import machine_id
+from pyg_dist.sampler._direct import machine_id
 from pyg_dist.store._source import FileId
 from pyg_dist._typing import NodeType
 

@@ -12,7 +12,7 @@ fewer distinct nodes than neighbour sampling with the same fan-out.
 ``r_t`` is a hash, not a stream: SplitMix64's output function of
 ``hop seed + (key(t) + 1) * golden``, where ``key(t)`` is ``t``'s **original** id
 (the dataset's; identical on every partition and in
-:func:`~pyg_dist.sampler.labor_reference.labor_sample`, whatever the partitioning),
+:func:`~pyg_dist.sampler._labor_reference.labor_sample`, whatever the partitioning),
 and the hop seed mixes the batch's random seed, the layer (unless
 ``layer_dependency``) and the node type (:func:`type_seed`). Every partition
 therefore draws the seeds it owns exactly as one machine would, with no
@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist._madvise import empty_large
-from pyg_dist.sampler.checks import check_csc, check_sample_args
-from pyg_dist.sampler.kernels import PREFETCH_AHEAD, SampledHop, prefetch
+from pyg_dist.sampler._checks import check_csc, check_sample_args
+from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, SampledHop, prefetch
 
 __all__ = ["GOLDEN", "mix64", "batch_seed", "hop_seed", "type_seed",
            "variates", "sample_labor_hop", "source_keys"]
@@ -261,7 +261,7 @@ def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tenso
         edge_values (bool): also return ``edge_ids`` at the drawn edges (int64).
 
     Returns:
-        :class:`~pyg_dist.sampler.kernels.SampledHop`, each seed's edges ascending by
+        :class:`~pyg_dist.sampler._sample_kernels.SampledHop`, each seed's edges ascending by
         ``r / w``.
     """
     check_csc(indptr, indices)

@@ -4,13 +4,13 @@ When a rank serving partition ``q`` runs on this machine and mapped ``q``'s file
 (the default, ``mmap=True``), this process can map the very same files (the page
 cache holds one copy for both) and read ``q`` on its own mapping instead of a
 TensorPipe round trip over loopback. The code that runs is what the owner would run
-(its :class:`~pyg_dist.sampler.local.LocalSampler` on the same bytes), so results are
+(its :class:`~pyg_dist.sampler._local.LocalSampler` on the same bytes), so results are
 identical: edge lookups run the read-only callees here; a hop runs the owner's
 ``hop`` here, drawing its edges' original ids straight into the batch
-(:mod:`pyg_dist.sampler.hop_round`), its response checked as an RPC response is;
+(:mod:`pyg_dist.sampler._hop_round`), its response checked as an RPC response is;
 feature rows are copied straight from ``q``'s mapped columns into the output, once
 each column's row shape and dtype are checked against the output
-(:func:`~pyg_dist.sampler.checks.check_direct_rows`; the copy itself checks rows).
+(:func:`~pyg_dist.sampler._checks.check_direct_rows`; the copy itself checks rows).
 
 It is chosen at the RPC join, per partition, only when it is safe:
 
@@ -34,7 +34,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
 from pyg_dist.rpc._context import DistContext
-from pyg_dist.sampler.local import serving_objects
+from pyg_dist.sampler._local import serving_objects
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store._source import FileId, PartitionSource
 

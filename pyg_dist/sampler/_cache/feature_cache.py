@@ -10,7 +10,7 @@ once when it is built, within a budget (``feature_cache=``: bytes as an ``int``,
 
 The processes of one machine that serve the same partition share one copy: the first
 builds it into a memory-backed file, the others and every sampler worker map it
-(:mod:`pyg_dist.sampler.shared_cache`).
+(:mod:`pyg_dist.sampler._cache.shared`).
 
 Cached rows are exactly the owners' rows: only attributes of partitions whose owner
 holds nothing but its partition files are cached (``DistEmbedding`` rows never pass

@@ -16,8 +16,8 @@ import time
 import torch
 
 from pyg_dist.rpc import _routing as routing
-from pyg_dist.sampler import kernels, labor, rows as row_copy
-from pyg_dist.sampler.node_index import NodeIndex
+from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor, _gather as row_copy
+from pyg_dist.sampler._node_index import NodeIndex
 
 _LOCK = threading.Lock()
 _DONE = False

@@ -29,7 +29,7 @@ from torch import Tensor
 from pyg_dist.errors import PygDistError
 from pyg_dist.format import _files as files
 from pyg_dist.format._digest import bytes_digest
-from pyg_dist.sampler.cache import FeatureCache
+from pyg_dist.sampler._cache.feature_cache import FeatureCache
 from pyg_dist.store._source import FileId
 from pyg_dist._typing import NodeType
 

@@ -14,9 +14,9 @@ from typing import Any, Dict, Optional, Tuple
 from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.rpc._context import DistContext
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler import direct, id_lookup, link, local
-from pyg_dist.sampler.local import LocalSampler, serving_objects
-from pyg_dist.sampler.warmup import warm_up
+from pyg_dist.sampler import _direct as direct, _id_lookup as id_lookup, _link as link, _local as local
+from pyg_dist.sampler._local import LocalSampler, serving_objects
+from pyg_dist.sampler._warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 #: the modules defining the callees a process serving a partition answers

@@ -14,12 +14,12 @@ from torch import Tensor
 
 from pyg_dist.format._schema import PartitionFormatError
 from pyg_dist.rpc import callee, served
-from pyg_dist.sampler.ids import ID_ATTR
+from pyg_dist.store._original_ids import ID_ATTR
 from pyg_dist.store._original_ids import PartIds
-from pyg_dist.sampler.kernels import SampledHop, sample_one_hop
-from pyg_dist.sampler.labor import sample_labor_hop, source_keys, type_seed
-from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
-from pyg_dist.sampler.wire import to_wire
+from pyg_dist.sampler._sample_kernels import SampledHop, sample_one_hop
+from pyg_dist.sampler._labor import sample_labor_hop, source_keys, type_seed
+from pyg_dist.sampler._types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
+from pyg_dist.sampler._wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 
@@ -47,7 +47,7 @@ class LocalSampler:
         return self._ids
 
     def column(self, group: Union[NodeType, EdgeType], attr: str) -> Tensor:
-        """All owned rows of an attribute; :data:`~pyg_dist.sampler.ids.ID_ATTR` is the
+        """All owned rows of an attribute; :data:`~pyg_dist.store._original_ids.ID_ATTR` is the
         original ids of the owned nodes or edges."""
         if attr == ID_ATTR:
             return self.ids.table("edge" if isinstance(group, tuple) else "node", group)
@@ -71,7 +71,7 @@ class LocalSampler:
             values_out: Optional[List[Optional[Tensor]]] = None) -> HopResponse:
         """Runs one hop for every edge type of the request (from a peer: checked);
         ``values_out`` (this process's own hops): per edge type, a buffer the edges'
-        original ids may be drawn into (:func:`~pyg_dist.sampler.kernels.sample_one_hop`)."""
+        original ids may be drawn into (:func:`~pyg_dist.sampler._sample_kernels.sample_one_hop`)."""
         n = len(request.edge_types)
         if not len(request.seeds) == len(request.fanouts) == len(request.seed_time) == n:
             raise ValueError(f"malformed hop request: {n} edge types, {len(request.seeds)} "
@@ -103,7 +103,7 @@ class LocalSampler:
         """Neighbours of owned global ``seeds`` over ``edge_type``.
 
         Returns:
-            :class:`~pyg_dist.sampler.kernels.SampledHop` with ``pos`` the global ids
+            :class:`~pyg_dist.sampler._sample_kernels.SampledHop` with ``pos`` the global ids
             of the sampled edges and, with ``original_eids``, ``values`` their original
             ids (read at their CSC positions in the mapped ``edge_ids.pt`` as they are
             drawn).
@@ -126,7 +126,7 @@ class LocalSampler:
                      weight_attr: Optional[str] = None,
                      original_eids: bool = False) -> SampledHop:
         """LABOR-samples neighbours of owned global ``seeds`` over ``edge_type``
-        (:mod:`pyg_dist.sampler.labor`; ``labor_seed``: the layer's seed); returns as
+        (:mod:`pyg_dist.sampler._labor`; ``labor_seed``: the layer's seed); returns as
         :meth:`sample` does."""
         csc = self.graph.csc_by_type[edge_type]
         local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.rpc._routing import RemoteResponseError
-from pyg_dist.sampler.types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
+from pyg_dist.sampler._types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]

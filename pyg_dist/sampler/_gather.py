@@ -2,7 +2,7 @@
 
 Every copy is checked before the kernel runs (:func:`place` raises ``ValueError``
 rather than read or write outside a tensor); rows that arrive in a wire type
-(:mod:`pyg_dist.sampler.wire`) are cast to the output's type as they are placed, and
+(:mod:`pyg_dist.sampler._wire`) are cast to the output's type as they are placed, and
 int32 ids (id files store them so where they fit) are widened to int64 as they are
 copied.
 """
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.checks import check_index
-from pyg_dist.sampler.kernels import PREFETCH_AHEAD, prefetch
+from pyg_dist.sampler._checks import check_index
+from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, prefetch
 
 Rows = Union[Tensor, Tuple[int, int]]  # output rows: positions, or a range [start, stop)
 _NO_ROWS = torch.empty(0, dtype=torch.long)
@@ -61,7 +61,7 @@ def place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor],
           src_rows_below: Optional[int] = None) -> None:
     """Copies rows of ``src`` (``src_rows``, or all) into rows ``out_rows`` of ``out``
     (of the same dtype, or 1-D int32 into int64). ``src_rows_below``: the caller already
-    checked (:func:`~pyg_dist.sampler.checks.check_index`) that ``src_rows`` lie in
+    checked (:func:`~pyg_dist.sampler._checks.check_index`) that ``src_rows`` lie in
     ``[0, src_rows_below)``, e.g. once for several columns read at the same rows; only
     ``src_rows_below <= len(src)`` is then checked here.
 

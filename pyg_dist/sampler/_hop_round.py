@@ -2,7 +2,7 @@
 
 Requests to remote partitions go out first (one per partition, all in flight). Meanwhile
 the hops that run in this process do: this partition's own, then those of partitions
-read directly on this machine (:mod:`pyg_dist.sampler.direct`), each drawing its edges'
+read directly on this machine (:mod:`pyg_dist.sampler._direct`), each drawing its edges'
 original ids straight into the batch's columns (:meth:`HopState.spares`). Every
 response but the own partition's is checked before use. Responses are merged in the
 order own, direct (the order their room was handed out), remote.
@@ -16,11 +16,11 @@ import torch
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc._routing import fan_out
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler.checks import check_hop_response
-from pyg_dist.sampler.hop_state import HopState
-from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler import timing
-from pyg_dist.sampler.types import HopRequest, HopResponse
+from pyg_dist.sampler._checks import check_hop_response
+from pyg_dist.sampler._hop_state import HopState
+from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.sampler import _timing as timing
+from pyg_dist.sampler._types import HopRequest, HopResponse
 
 #: per partition, its request and, per edge type of it, where its rows go
 Plan = Dict[int, Tuple[HopRequest, List[tuple]]]

@@ -17,7 +17,7 @@ Strategies:
   replacement, draws ``fanout`` times among those (pyg-lib's semantics). Top-k
   selections (weighted, ``last``) keep a heap of k: O(degree log k), not a sort.
 
-Inputs are checked before any kernel runs (:mod:`pyg_dist.sampler.checks`): a kernel
+Inputs are checked before any kernel runs (:mod:`pyg_dist.sampler._checks`): a kernel
 never reads or writes outside its arrays, whatever the CSC or the seeds hold.
 
 Random numbers come from a SplitMix64 stream seeded per call, so results are
@@ -36,7 +36,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch import Tensor
 
-from pyg_dist.sampler.checks import (check_csc, check_edge_values, check_sample_args,
+from pyg_dist.sampler._checks import (check_csc, check_edge_values, check_sample_args,
                                      check_values_out)
 
 _JIT = dict(cache=True, nogil=True)

@@ -3,7 +3,7 @@
 :func:`labor_sample` draws what :class:`~pyg_dist.DistNeighborSampler` draws with
 ``sampling_strategy="labor"`` on any number of partitions, for the same seeds and
 batch random seed: the same edges per seed per layer, in the same order. It is a
-plain, vectorised implementation of the rule in :mod:`pyg_dist.sampler.labor`
+plain, vectorised implementation of the rule in :mod:`pyg_dist.sampler._labor`
 (independent of the numba kernels), for users who want LABOR on one machine or to
 check the distributed sampler.
 
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.labor import hop_seed, type_seed, variates
+from pyg_dist.sampler._labor import hop_seed, type_seed, variates
 from pyg_dist._typing import EdgeType, NodeType
 
 __all__ = ["LaborSample", "labor_sample"]
@@ -88,7 +88,7 @@ def labor_sample(graphs: Dict[EdgeType, CSCGraph], seeds: Dict[NodeType, Tensor]
         seeds: per node type, distinct seed ids.
         num_neighbors: per edge type, the fan-out of every layer (``-1``: all).
         random_seed (int): the batch's random seed
-            (:func:`~pyg_dist.sampler.labor.batch_seed` of the batch's generator, in
+            (:func:`~pyg_dist.sampler._labor.batch_seed` of the batch's generator, in
             the distributed sampler).
         layer_dependency (bool): one variate per vertex for all layers.
     """

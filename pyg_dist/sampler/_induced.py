@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.sampler.node_index import NodeIndex
-from pyg_dist.sampler.types import HopRequest, HopResponse, SampledSubgraph
+from pyg_dist.sampler._node_index import NodeIndex
+from pyg_dist.sampler._types import HopRequest, HopResponse, SampledSubgraph
 from pyg_dist._typing import EdgeType, NodeType
 
 Plan = Dict[int, Tuple[HopRequest, List[Tuple[EdgeType, Tensor]]]]
@@ -28,7 +28,7 @@ Plan = Dict[int, Tuple[HopRequest, List[Tuple[EdgeType, Tensor]]]]
 
 class HopRunner(Protocol):
     """What the induced round uses of the
-    :class:`~pyg_dist.sampler.neighbor_sampler.DistNeighborSampler` calling it (a
+    :class:`~pyg_dist.sampler._neighbor_sampler.DistNeighborSampler` calling it (a
     protocol: the sampler imports this module, not the other way round)."""
     meta: PartitionMeta
     original_ids: bool

@@ -36,10 +36,10 @@ class SamplingConfig:
             newer than their seed. Implies ``disjoint``.
         weight_attr: edge attribute of sampling weights (zero = never sampled).
         subgraph_type: ``"directional"``; ``"bidirectional"``, every sampled edge also
-            reversed (:mod:`pyg_dist.sampler.bidirectional`); ``"induced"``, every edge
-            between the sampled nodes (:mod:`pyg_dist.sampler.induced`).
+            reversed (:mod:`pyg_dist.sampler._bidirectional`); ``"induced"``, every edge
+            between the sampled nodes (:mod:`pyg_dist.sampler._induced`).
         sampling_strategy: ``"neighbor"`` (independent draws per seed) or ``"labor"``
-            (layer-neighbour sampling, :mod:`pyg_dist.sampler.labor`).
+            (layer-neighbour sampling, :mod:`pyg_dist.sampler._labor`).
         layer_dependency: with ``"labor"``, one variate per vertex for all layers.
     """
     num_neighbors: Dict[EdgeType, List[int]]
@@ -169,7 +169,7 @@ class HopRequest:
     weight_attr: Optional[str]
     rng_seed: int
     original_eids: bool = False
-    #: LABOR sampling: the layer's seed (:func:`~pyg_dist.sampler.labor.hop_seed`);
+    #: LABOR sampling: the layer's seed (:func:`~pyg_dist.sampler._labor.hop_seed`);
     #: ``None``: neighbour sampling
     labor_seed: Optional[int] = None
 
@@ -191,7 +191,7 @@ class FeatureRequest:
     edges: Dict[EdgeType, Tensor] = field(default_factory=dict)
     node_attrs: Dict[NodeType, List[str]] = field(default_factory=dict)
     edge_attrs: Dict[EdgeType, List[str]] = field(default_factory=dict)
-    # attributes to send as another type (pyg_dist.sampler.wire): type -> attr -> name
+    # attributes to send as another type (pyg_dist.sampler._wire): type -> attr -> name
     node_wire: Dict[NodeType, Dict[str, str]] = field(default_factory=dict)
     edge_wire: Dict[EdgeType, Dict[str, str]] = field(default_factory=dict)
 

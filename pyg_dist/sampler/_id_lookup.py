@@ -4,7 +4,7 @@ Ids this process's partition owns are looked up in its mapped id table
 (:mod:`pyg_dist.store._original_ids`); the rest are asked of every other partition at once with
 the read-only callee ``graph.find_ids`` (one request per partition, all in flight,
 each answering for what it owns; a same-machine peer's answer may come from its
-mapped files, :mod:`pyg_dist.sampler.direct`). A process serving a folder alone scans
+mapped files, :mod:`pyg_dist.sampler._direct`). A process serving a folder alone scans
 the other partitions' tables instead. Used by the samplers' PyG interface, the
 whole-graph view (:class:`~pyg_dist.DistGraph`) and graph-aligned ``DistTensor`` rows.
 """
@@ -19,7 +19,7 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import callee, served
 from pyg_dist.rpc._routing import RemoteResponseError, fan_out
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler.local import LocalSampler
+from pyg_dist.sampler._local import LocalSampler
 from pyg_dist.store._original_ids import Group, PartIds, check_ids
 
 

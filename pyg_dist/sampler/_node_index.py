@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist._madvise import full_large
-from pyg_dist.sampler.kernels import PREFETCH_AHEAD, prefetch
+from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, prefetch
 
 _EMPTY = -1
 _JIT = dict(cache=True, nogil=True)

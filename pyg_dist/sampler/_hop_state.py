@@ -12,8 +12,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.node_index import NodeIndex, NodeIndexPool
-from pyg_dist.sampler.types import HopRequest, HopResponse, SampledSubgraph
+from pyg_dist.sampler._node_index import NodeIndex, NodeIndexPool
+from pyg_dist.sampler._types import HopRequest, HopResponse, SampledSubgraph
 from pyg_dist._typing import EdgeType, NodeType
 
 ID_BITS = 40

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_dist.sampler.types import SampledSubgraph
+from pyg_dist.sampler._types import SampledSubgraph
 from pyg_dist._typing import EdgeType, NodeType
 
 

@@ -20,24 +20,25 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import keep_freed_memory
 from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._routing import split_by_owner
-from pyg_dist.sampler.bidirectional import bidirectional
-from pyg_dist.sampler.cache import Budget
-from pyg_dist.sampler.compat import accept_pyg_sampler_options, pyg_order
-from pyg_dist.sampler.induced import induce
-from pyg_dist.sampler import hop_round, labor, shared_cache, timing
-from pyg_dist.sampler.features import FeatureFetcher
-from pyg_dist.sampler.hop_round import Plan
-from pyg_dist.sampler.hop_state import HopState
-from pyg_dist.sampler.id_lookup import relabel
-from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.sampler.link import sample_links
-from pyg_dist.sampler.node_index import NodeIndexPool
-from pyg_dist.sampler.repeats import first_occurrences, restore_repeats
-from pyg_dist.sampler.serving import serving_group
-from pyg_dist.sampler.types import (HopRequest, HopResponse, LinkSeeds,
+from pyg_dist.sampler._bidirectional import bidirectional
+from pyg_dist.sampler._cache.feature_cache import Budget
+from pyg_dist.sampler._compat import accept_pyg_sampler_options, pyg_order
+from pyg_dist.sampler._induced import induce
+from pyg_dist.sampler import _hop_round as hop_round, _labor as labor, _timing as timing
+from pyg_dist.sampler._cache import shared as shared_cache
+from pyg_dist.sampler._features import FeatureFetcher
+from pyg_dist.sampler._hop_round import Plan
+from pyg_dist.sampler._hop_state import HopState
+from pyg_dist.sampler._id_lookup import relabel
+from pyg_dist.store._original_ids import ID_ATTR
+from pyg_dist.sampler._link import sample_links
+from pyg_dist.sampler._node_index import NodeIndexPool
+from pyg_dist.sampler._repeats import first_occurrences, restore_repeats
+from pyg_dist.sampler._serving import serving_group
+from pyg_dist.sampler._types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
                                     SamplingConfig)
-from pyg_dist.sampler.wire import WireSpec
+from pyg_dist.sampler._wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store._original_ids import check_ids
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, NodeType, edge_key
@@ -54,7 +55,7 @@ class DistNeighborSampler(BaseSampler):
     returns the dataset's original ids. Inside, and in the async methods the loaders
     call (:meth:`sample_nodes`, :meth:`sample_edges`, :meth:`sample_subgraph`), it
     works in pyg_dist's **relabelled** ids; the loaders translate the user's original
-    ids at construction and return original ids in batches (:mod:`pyg_dist.sampler.ids`). Owners send every sampled
+    ids at construction and return original ids in batches (:mod:`pyg_dist.store._original_ids`). Owners send every sampled
     edge's original id with the hop (``SampledSubgraph.original_edge``), and its
     fetcher reads every sampled node's original id with its rows
     (``original_ids=True``).
@@ -67,8 +68,8 @@ class DistNeighborSampler(BaseSampler):
             (collectively) on first use if it is not yet.
         replace (bool): sample with replacement.
         subgraph_type (str): ``"directional"`` (PyG's default), ``"bidirectional"``
-            or ``"induced"``, as PyG (:mod:`pyg_dist.sampler.bidirectional`,
-            :mod:`pyg_dist.sampler.induced`).
+            or ``"induced"``, as PyG (:mod:`pyg_dist.sampler._bidirectional`,
+            :mod:`pyg_dist.sampler._induced`).
         disjoint (bool): a separate subtree per seed.
         temporal_strategy (str): ``"uniform"`` or ``"last"``.
         time_attr (str, optional): node or edge attribute with time (implies
@@ -78,23 +79,23 @@ class DistNeighborSampler(BaseSampler):
         feature_cache (int or float, optional): keep the node attributes of the remote
             nodes most referenced by this partition's edges, within this many bytes
             (``int``) or this fraction of each node type's halo nodes (``float`` in
-            ``(0, 1]``); fetched once, here (:mod:`pyg_dist.sampler.cache`). Rows are
+            ``(0, 1]``); fetched once, here (:mod:`pyg_dist.sampler._cache.feature_cache`). Rows are
             exactly the owners'; this rank's feature store then refuses ``put`` (its
             peers may cache it). ``None``/``0``: no cache.
         wire_dtype (optional): float32 attributes peers send as ``bfloat16`` or
-            ``float16``, cast back on arrival (:mod:`pyg_dist.sampler.wire`).
+            ``float16``, cast back on arrival (:mod:`pyg_dist.sampler._wire`).
         sampling_strategy (str): ``"neighbor"`` (default: independent draws per seed)
             or ``"labor"``: layer-neighbour sampling, exactly ``min(k, degree)``
             in-neighbours per seed as well, but seeds of a batch share one variate per
             candidate vertex, so they pick the same neighbours where their
             neighbourhoods overlap (far fewer distinct nodes per batch;
-            :mod:`pyg_dist.sampler.labor`). Not with ``replace``, ``disjoint`` or
+            :mod:`pyg_dist.sampler._labor`). Not with ``replace``, ``disjoint`` or
             ``time_attr``.
         layer_dependency (bool): with ``"labor"``, one variate per vertex for all
             layers (default: one per layer).
         **pyg_options: ``torch_geometric.distributed``'s ``channel``, ``concurrency``,
             ``device``, ``shuffle`` and ``rpc_worker_names``: accepted with no effect,
-            warned about once (:mod:`pyg_dist.sampler.compat`). Its positional order
+            warned about once (:mod:`pyg_dist.sampler._compat`). Its positional order
             ``(current_ctx, data, num_neighbors)`` is accepted too.
     """
 
@@ -250,7 +251,7 @@ class DistNeighborSampler(BaseSampler):
 
     async def run_hop(self, plan: Plan, state: Optional[HopState] = None
                       ) -> Dict[int, HopResponse]:
-        """One hop's requests, answered (:func:`pyg_dist.sampler.hop_round.run`)."""
+        """One hop's requests, answered (:func:`pyg_dist.sampler._hop_round.run`)."""
         return await hop_round.run(self.group, self.local, self.meta, plan, state)
 
     async def _node_time(self, seeds: Dict[NodeType, Tensor]) -> Dict[NodeType, Tensor]:
