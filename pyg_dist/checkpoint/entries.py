@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from pyg_dist.loader.base import DistLoader
+from pyg_dist.loader._base import DistLoader
 
 MODULE, OPTIMIZER, LOADER, STATEFUL, JSON = "module", "optimizer", "loader", "stateful", "json"
 KINDS = (MODULE, OPTIMIZER, LOADER, STATEFUL, JSON)

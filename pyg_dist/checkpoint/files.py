@@ -39,7 +39,7 @@ from pyg_dist.checkpoint.sharded import TensorEntry
 from pyg_dist.format import _files as fs
 from pyg_dist.format._digest import DigestMismatch, check_file, file_digest
 from pyg_dist.format._jsonio import read_json
-from pyg_dist.loader.state import LoaderState
+from pyg_dist.loader._state import LoaderState
 
 LATEST = fs.LATEST
 INFO = "info.json"

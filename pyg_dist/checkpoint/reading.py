@@ -16,7 +16,7 @@ from pyg_dist.checkpoint.entries import Entry
 from pyg_dist.checkpoint.errors import CheckpointError
 from pyg_dist.checkpoint.ranks import Ranks, same_everywhere
 from pyg_dist.checkpoint.sharded import copy_rows, fill, plan_rows, split
-from pyg_dist.loader.state import LoaderState
+from pyg_dist.loader._state import LoaderState
 
 log = logging.getLogger("pyg_dist")
 PathLike = Union[str, os.PathLike]

@@ -23,7 +23,7 @@ repeated lookups (:meth:`OwnedIds.to_rows`), a copy sorted once (16 bytes per ow
 edge ids, stored in CSC order). :class:`PartitionIds` holds them for every partition
 of a folder (read on first use); :class:`PartIds` is one partition's view, as samplers
 and loaders use it. Ids a partition does not own are asked of the others by
-:mod:`pyg_dist.loader.ids` (one collective) or :mod:`pyg_dist.loader.graph_view` (one
+:mod:`pyg_dist.loader._id_collective` (one collective) or :mod:`pyg_dist.loader._graph_view` (one
 RPC per partition).
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ child's traceback is shown, and nothing outlives the timeout.
 
 Children are forked from a ``multiprocessing`` fork server that has imported torch,
 torch_geometric and pyg_dist once and loaded pyg_dist's numba kernels
-(:data:`PRELOAD`, :mod:`pyg_dist.loader.preload`): a fresh interpreter spends seconds of
+(:data:`PRELOAD`, :mod:`pyg_dist.loader._preload`): a fresh interpreter spends seconds of
 CPU on those, which was most of what a multi-process test cost. The server only imports
 and warms up on one thread (no process group, no thread pool), so the fork is safe;
 each child still gets the parent's current environment and working directory and runs
@@ -68,7 +68,7 @@ def torchrun_env(rank: int, world_size: int, port: int, nodes: int = 1) -> Dict[
 
 #: what the fork server imports once for every child it forks
 PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.testing",
-           "pyg_dist.loader.preload"]
+           "pyg_dist.loader._preload"]
 
 
 def process_context(start_method: str = "forkserver") -> Any:

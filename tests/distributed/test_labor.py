@@ -14,7 +14,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner)
 from pyg_dist.format import _partition_io as io
 from pyg_dist.format._id_maps import read_id_map
-from pyg_dist.loader.producer import BatchTask
+from pyg_dist.loader._producer import BatchTask
 from pyg_dist.rpc import shutdown_rpc
 from pyg_dist.sampler._direct import ENV as DIRECT_ENV
 from pyg_dist.sampler._labor import batch_seed

@@ -8,7 +8,7 @@ from torch_geometric.sampler import NodeSamplerInput
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       edge_split, node_split, shutdown_rpc)
-from pyg_dist.loader.seeds import EpochPlan
+from pyg_dist.loader._seeds import EpochPlan
 from pyg_dist.testing.graphs import encode_ids
 
 

@@ -16,7 +16,7 @@ import torch
 
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       Partitioner, node_split, shutdown_rpc, track)
-from pyg_dist.loader.stats import STAGES, LoaderStats, StatsRecorder
+from pyg_dist.loader._stats import STAGES, LoaderStats, StatsRecorder
 from pyg_dist._progress import PROGRESS_ENV, stages_wanted
 from pyg_dist.sampler import _timing as timing
 from pyg_dist.store._original_ids import ID_ATTR

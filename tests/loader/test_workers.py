@@ -17,7 +17,7 @@ SHM = Path("/dev/shm")
 
 TRAINER = """
 import os, signal
-from pyg_dist.loader.workers import WorkerPool
+from pyg_dist.loader._workers import WorkerPool
 pool = WorkerPool(1, lambda i: None, 2)  # the worker fails at once: only its pipes matter
 print("started", flush=True)
 os.kill(os.getpid(), signal.SIGSTOP)

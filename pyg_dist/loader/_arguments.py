@@ -73,7 +73,7 @@ def check_loader_options(shuffle: Any, drop_last: Any, replace: Any, disjoint: A
                          even_batches: Any, pin_memory: Any, seed: Any, feature_cache: Any,
                          transform: Any, device: Any, time_attr: Any,
                          weight_attr: Any) -> None:
-    """Checks the options of :class:`~pyg_dist.loader.base.DistLoader` that its other
+    """Checks the options of :class:`~pyg_dist.loader._base.DistLoader` that its other
     steps would use unchecked (sizes, sampling options and seeds are checked where they
     are used).
 

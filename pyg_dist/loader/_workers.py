@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 import torch
 import torch.multiprocessing as tmp
 
-from pyg_dist.loader.producer import BatchProducer, ProducerSpec
+from pyg_dist.loader._producer import BatchProducer, ProducerSpec
 from pyg_dist.rpc import _health as health, _runtime as runtime
 from pyg_dist.rpc._context import DistContext
 from pyg_dist.sampler._cache.feature_cache import CacheStats
@@ -153,7 +153,7 @@ _START_HINT = ("a worker that dies while starting usually means the training scr
                "server does, once), so put the training code under "
                "`if __name__ == \"__main__\":`")
 #: what the fork server of a trainer's sampler workers imports before forking them
-PRELOAD = ["__main__", "pyg_dist.loader.workers", "pyg_dist.loader.preload"]
+PRELOAD = ["__main__", "pyg_dist.loader._workers", "pyg_dist.loader._preload"]
 START_METHODS = ("forkserver", "spawn")
 
 

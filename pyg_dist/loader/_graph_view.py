@@ -15,7 +15,7 @@ How each answer is found (no whole-graph table anywhere):
 2. then one request per owner, through the helpers the samplers use: rows with
    :class:`~pyg_dist.sampler._features.FeatureFetcher` (split by owner, remote first,
    local rows meanwhile), hops with :class:`~pyg_dist.DistNeighborSampler`, and the
-   callees of :mod:`pyg_dist.loader.graph_serving` for degrees and edge ends;
+   callees of :mod:`pyg_dist.loader._graph_serving` for degrees and edge ends;
 3. relabelled -> original: owners send original ids as one more column of their rows.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
-from pyg_dist.loader import graph_serving
+from pyg_dist.loader import _graph_serving as graph_serving
 from pyg_dist.sampler._id_lookup import check_answer, relabel
 from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._routing import fan_out, split_by_owner

@@ -8,8 +8,8 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling, NodeSamplerInput
 
-from pyg_dist.loader.collate import Batch, OriginalIds, collate
-from pyg_dist.loader.ids import label_rows
+from pyg_dist.loader._collate import Batch, OriginalIds, collate
+from pyg_dist.loader._id_collective import label_rows
 from pyg_dist.sampler import _timing as timing
 from pyg_dist.sampler._cache.feature_cache import CacheStats
 from pyg_dist.store._original_ids import ID_ATTR

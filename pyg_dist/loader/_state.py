@@ -8,7 +8,7 @@ refused with an error naming the field, instead of resuming somewhere else.
 
 Nothing else is needed to resume exactly: the shuffle of an epoch is seeded by
 ``seed + epoch`` and every random draw of a batch by ``(seed, epoch, batch, rank)``
-(:class:`~pyg_dist.loader.producer.BatchTask`), never by a stream that advances.
+(:class:`~pyg_dist.loader._producer.BatchTask`), never by a stream that advances.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ _INT64 = 2 ** 63
 
 @dataclass(frozen=True)
 class LoaderState:
-    """The position of a :class:`~pyg_dist.loader.base.DistLoader` and what it depends on.
+    """The position of a :class:`~pyg_dist.loader._base.DistLoader` and what it depends on.
 
     Args:
         version: format version (:data:`VERSION`).

@@ -23,15 +23,15 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NegativeSampling
 
-from pyg_dist.loader.arguments import check_device, check_loader_options, check_sizes
-from pyg_dist.loader.collate import Batch
-from pyg_dist.loader.compat import accept_pyg_options, rendezvous_context
-from pyg_dist.loader.iterators import LoopIterator, PassIterator, WorkerIterator
-from pyg_dist.loader.producer import BatchProducer, BatchTask, ProducerSpec
-from pyg_dist.loader.seeds import EpochPlan
-from pyg_dist.loader.state import VERSION, LoaderState, digest
-from pyg_dist.loader.stats import LoaderStats, StatsRecorder
-from pyg_dist.loader.workers import WorkerPool, WorkerSpec
+from pyg_dist.loader._arguments import check_device, check_loader_options, check_sizes
+from pyg_dist.loader._collate import Batch
+from pyg_dist.loader._compat import accept_pyg_options, rendezvous_context
+from pyg_dist.loader._iterators import LoopIterator, PassIterator, WorkerIterator
+from pyg_dist.loader._producer import BatchProducer, BatchTask, ProducerSpec
+from pyg_dist.loader._seeds import EpochPlan
+from pyg_dist.loader._state import VERSION, LoaderState, digest
+from pyg_dist.loader._stats import LoaderStats, StatsRecorder
+from pyg_dist.loader._workers import WorkerPool, WorkerSpec
 from pyg_dist.rpc import _incarnation as incarnation, _runtime as runtime
 from pyg_dist.rpc._agreement import agree
 from pyg_dist.rpc._context import DistContext, check_context
@@ -103,7 +103,7 @@ class DistLoader:
             (``master_addr``, ``master_port``, ``channel``, ``async_sampling``,
             ``persistent_workers``, ``filter_per_worker``, ``num_rpc_threads``,
             ``dist_sampler=None``), accepted so its scripts run
-            unchanged; see :mod:`pyg_dist.loader.compat` for what each does here.
+            unchanged; see :mod:`pyg_dist.loader._compat` for what each does here.
     """
 
     def __init__(self, data: tuple, num_neighbors: NumNeighbors, *, batch_size: int = 1,
@@ -358,7 +358,7 @@ class DistLoader:
             reset (bool): start counting afresh after this call (e.g. once per epoch).
 
         Returns:
-            :class:`~pyg_dist.loader.stats.LoaderStats` (``to_dict()``, ``split()``).
+            :class:`~pyg_dist.loader._stats.LoaderStats` (``to_dict()``, ``split()``).
         """
         out = self._stats.summary()
         if reset:

@@ -7,9 +7,9 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import NodeSamplerInput
 
-from pyg_dist.loader.arguments import check_pair, check_tensor
-from pyg_dist.loader.base import DistLoader, LoaderSeeds
-from pyg_dist.loader.ids import check_labels, to_relabelled
+from pyg_dist.loader._arguments import check_pair, check_tensor
+from pyg_dist.loader._base import DistLoader, LoaderSeeds
+from pyg_dist.loader._id_collective import check_labels, to_relabelled
 from pyg_dist.store._original_ids import PartIds, check_ids
 from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -78,7 +78,7 @@ class DistNeighborLoader(DistLoader):
             ``(node_type, ids)``, a node type, or ``None`` (all nodes this partition owns).
         input_time: seed times (temporal sampling).
         **options: the shared loader options of
-            :class:`~pyg_dist.loader.base.DistLoader` (``batch_size``, ``shuffle``,
+            :class:`~pyg_dist.loader._base.DistLoader` (``batch_size``, ``shuffle``,
             ``drop_last``, ``current_ctx``, ``num_workers``, ``concurrency``, ``device``,
             ``replace``, ``disjoint``, ``time_attr``, ``weight_attr``, ``transform``,
             ``even_batches``, ``seed``, ...).

@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.loader.ids import cpu_group, gather_all, to_original
+from pyg_dist.loader._id_collective import cpu_group, gather_all, to_original
 from pyg_dist.rpc._context import DistContext
 from pyg_dist.store._original_ids import PartIds
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore

@@ -7,11 +7,11 @@ import torch
 from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_dist.loader.arguments import check_pair, check_ratio, check_tensor
-from pyg_dist.loader.base import DistLoader, LoaderSeeds
-from pyg_dist.loader.ids import to_relabelled
-from pyg_dist.loader.node_loader import as_id_tensor
-from pyg_dist.loader.seeds import stored_edges
+from pyg_dist.loader._arguments import check_pair, check_ratio, check_tensor
+from pyg_dist.loader._base import DistLoader, LoaderSeeds
+from pyg_dist.loader._id_collective import to_relabelled
+from pyg_dist.loader._node_loader import as_id_tensor
+from pyg_dist.loader._seeds import stored_edges
 from pyg_dist.store._original_ids import PartIds, check_ids
 from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -42,7 +42,7 @@ def resolve_edge_label_index(graph: LocalGraphStore, edge_label_index: EdgeLabel
     """``(edge type or None, [2, E] original ids)`` from PyG-style ``edge_label_index``:
     ``[2, E]`` original node ids (tensor or nested lists), an edge type,
     ``(edge_type, index)``, or ``None`` (every edge this partition stores: returned as
-    ``None``, for :func:`~pyg_dist.loader.seeds.edge_split` to resolve)."""
+    ``None``, for :func:`~pyg_dist.loader._seeds.edge_split` to resolve)."""
     edge_type: Optional[EdgeType] = None
     index: Any = edge_label_index
     if _is_edge_type(edge_label_index):
@@ -79,7 +79,7 @@ class DistLinkNeighborLoader(DistLoader):
         neg_sampling: ``NegativeSampling``, ``"binary"``/``"triplet"`` or its kwargs;
             ``neg_sampling_ratio`` is PyG's older shorthand for binary negatives.
         **options: the shared loader options of
-            :class:`~pyg_dist.loader.base.DistLoader`.
+            :class:`~pyg_dist.loader._base.DistLoader`.
     """
 
     def __init__(self, data: Tuple[LocalFeatureStore, LocalGraphStore],

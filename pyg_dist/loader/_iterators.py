@@ -1,4 +1,4 @@
-"""The iterators of one pass over a :class:`~pyg_dist.loader.base.DistLoader`: in this
+"""The iterators of one pass over a :class:`~pyg_dist.loader._base.DistLoader`: in this
 process on the asyncio loop, or over sampler worker processes. Both count the batches
 they handed out (``yielded``), which the loader's ``state_dict`` reports. They are given
 what they use (callables, the pool, the timeout), not the loader that builds them."""
@@ -8,10 +8,10 @@ import collections
 import concurrent.futures
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional
 
-from pyg_dist.loader.collate import Batch
-from pyg_dist.loader.producer import Produced
-from pyg_dist.loader.stats import StatsRecorder
-from pyg_dist.loader.workers import WorkerPool
+from pyg_dist.loader._collate import Batch
+from pyg_dist.loader._producer import Produced
+from pyg_dist.loader._stats import StatsRecorder
+from pyg_dist.loader._workers import WorkerPool
 from pyg_dist.sampler import _timing as timing
 from pyg_dist.sampler._cache.feature_cache import CacheStats
 
