@@ -119,7 +119,7 @@ def dist_job(root: str, args: argparse.Namespace, mode: str, scratch: Optional[s
     import torch.distributed as dist
 
     from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, shutdown_rpc
-    from pyg_dist.inference import infer, rows
+    from pyg_dist.inference import infer, _tensor_rows as rows
     from pyg_dist.format import _partition_io as io
 
     ctx = DistContext.from_env(rpc_timeout=600)

@@ -77,7 +77,7 @@ def test_the_check_sees_test_machinery():
 def test_public_testing_is_small_and_documented():
     testing = importlib.import_module("pyg_dist.testing")
     modules = {name for name, _ in library_modules() if name.startswith("pyg_dist.testing.")}
-    assert modules == {"pyg_dist.testing.launch", "pyg_dist.testing.graphs"}, modules
+    assert modules == {"pyg_dist.testing._launch", "pyg_dist.testing._graphs"}, modules
     for name in testing.__all__:
         assert getattr(testing, name).__doc__, f"pyg_dist.testing.{name} has no docstring"
 

@@ -46,8 +46,8 @@ by field), every file read is checked against the digest recorded at save time, 
 damaged checkpoint raises :class:`CheckpointError` naming the file.
 """
 from pyg_dist.checkpoint import files, versions
-from pyg_dist.checkpoint.errors import CheckpointError
-from pyg_dist.checkpoint.reading import CheckpointInfo, load
-from pyg_dist.checkpoint.writing import save
+from pyg_dist.checkpoint._errors import CheckpointError
+from pyg_dist.checkpoint._reading import CheckpointInfo, load
+from pyg_dist.checkpoint._writing import save
 
 __all__ = ["save", "load", "CheckpointInfo", "CheckpointError", "files", "versions"]

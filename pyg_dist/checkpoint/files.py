@@ -33,9 +33,9 @@ from typing import Any, Dict, List
 import torch
 from torch import Tensor
 
-from pyg_dist.checkpoint.entries import KINDS
-from pyg_dist.checkpoint.errors import CheckpointError
-from pyg_dist.checkpoint.sharded import TensorEntry
+from pyg_dist.checkpoint._entries import KINDS
+from pyg_dist.checkpoint._errors import CheckpointError
+from pyg_dist.checkpoint._sharded import TensorEntry
 from pyg_dist.format import _files as fs
 from pyg_dist.format._digest import DigestMismatch, check_file, file_digest
 from pyg_dist.format._jsonio import read_json

@@ -28,8 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from pyg_dist.checkpoint.dense import check_dense
-from pyg_dist.checkpoint.errors import CheckpointError
+from pyg_dist.checkpoint._dense import check_dense
+from pyg_dist.checkpoint._errors import CheckpointError
 from pyg_dist.checkpoint.files import INFO, MODEL, Info, verify_files, version_files
 from pyg_dist.format import _files as fs
 

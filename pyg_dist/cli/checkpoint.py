@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from pyg_dist.checkpoint import CheckpointError, versions
-from pyg_dist.cli.common import Parser, UsageError, run_main
+from pyg_dist.cli._common import Parser, UsageError, run_main
 from pyg_dist.format import _files as fs
 
 PROG = "pyg-dist-checkpoint"

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 from pyg_dist.chunked._metadata import DATA_FORMATS, FORMATS
 from pyg_dist.chunked._writer import DEFAULT_CHUNK_SIZE, write_chunked
-from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
+from pyg_dist.cli._common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.cli.partition import MAX_SEED, load_dataset
 from pyg_dist.datasets._by_name import CHOICES
 from pyg_dist.datasets._errors import MissingDependencyError

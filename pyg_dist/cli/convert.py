@@ -11,7 +11,7 @@ import sys
 import time
 from typing import List, Optional
 
-from pyg_dist.cli.common import Parser, UsageError, run_main
+from pyg_dist.cli._common import Parser, UsageError, run_main
 from pyg_dist.cli.partition import summary_table
 from pyg_dist.convert._pickles import PygFormatError
 from pyg_dist.convert._pyg import convert_pyg_partitions

@@ -16,7 +16,7 @@ from typing import List, Optional, Tuple, Union
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.chunked import ChunkedGraph, read_chunked
-from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
+from pyg_dist.cli._common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.datasets._by_name import CHOICES, load_named
 from pyg_dist.datasets._errors import MissingDependencyError
 from pyg_dist.datasets._loading import load_graph_file

@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pyg_dist.cli.common import Parser, UsageError, run_main
+from pyg_dist.cli._common import Parser, UsageError, run_main
 from pyg_dist.format._integrity import verify_folder
 from pyg_dist.format._meta import PartitionFormatError
 

@@ -3,7 +3,7 @@ kernels, so that every process forked from it starts with them.
 
 Two fork servers import it: the one a trainer starts for its sampler workers
 (:data:`pyg_dist.loader._workers.PRELOAD`) and the test suite's
-(:data:`pyg_dist.testing.launch.PRELOAD`). Every process that samples calls
+(:data:`pyg_dist.testing._launch.PRELOAD`). Every process that samples calls
 :func:`~pyg_dist.sampler._warmup.warm_up` before joining RPC; from numba's on-disk cache
 that still takes about a second of CPU per process, and with an empty cache (a clean
 install) it compiles every kernel. Done here, it happens once per server. Numba compiles

@@ -6,8 +6,8 @@ callee itself (rpc sits below the layers that define them): the layer that owns 
 callee registers it with :func:`callee` when its module is imported, and imports that
 module where it starts serving: ``pyg_dist.sampler._serving.CALLEE_MODULES``
 (``sampler.hop``, ``sampler.features``, ``sampler.has_edges``) and
-:mod:`pyg_dist.embedding.tensor` (``embedding.read``, ``embedding.write``, defined in
-:mod:`pyg_dist.embedding.shards`). A peer only calls a callee on a process
+:mod:`pyg_dist.embedding._tensor` (``embedding.read``, ``embedding.write``, defined in
+:mod:`pyg_dist.embedding._shards`). A peer only calls a callee on a process
 that serves its object, which that process created through the owning layer.
 
 An exception raised by a callee comes back as a :class:`RemoteFailure` *value*, so

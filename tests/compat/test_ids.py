@@ -11,7 +11,7 @@ from pyg_dist.loader._id_collective import label_rows, to_original, to_relabelle
 from pyg_dist.format import _partition_io as io
 from pyg_dist.format._id_maps import read_id_map
 from pyg_dist.store._original_ids import PartIds
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 from pyg_dist._typing import HOMO_NODE
 
 

@@ -19,7 +19,7 @@ from pyg_dist.loader._compat import rendezvous_context
 from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.sampler import _compat as compat
 from pyg_dist.testing import free_port, run_ranks
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 
 
 @pytest.fixture(scope="module")

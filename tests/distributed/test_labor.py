@@ -20,7 +20,7 @@ from pyg_dist.sampler._direct import ENV as DIRECT_ENV
 from pyg_dist.sampler._labor import batch_seed
 from pyg_dist.sampler._labor_reference import labor_sample
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids, typed
+from pyg_dist.testing._graphs import encode_ids, typed
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, edge_key
 
 pytestmark = pytest.mark.multiprocess

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.embedding.layout import ShardLayout, even_split, rank_offsets, resolve_book
+from pyg_dist.embedding._layout import ShardLayout, even_split, rank_offsets, resolve_book
 from pyg_dist.format._book import RangeBook
 
 

@@ -22,7 +22,7 @@ from pyg_dist.convert._pyg_layout import PygLayout
 from pyg_dist.format import PartitionFormatError
 from pyg_dist.format._part_manifest import MANIFEST_FILE
 from pyg_dist.inference import ExportFormatError, read_export
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 
 DEEP = "[" * 100_000 + "]" * 100_000
 PICKLE = pickle.dumps({"format": "pyg_dist", "version": 2})

@@ -13,7 +13,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       shutdown_rpc)
 from pyg_dist.loader._producer import BatchTask
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 from pyg_dist.format._id_maps import read_id_map
 
 

@@ -9,7 +9,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       edge_split, node_split, shutdown_rpc)
 from pyg_dist.loader._seeds import EpochPlan
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from pyg_dist.partition._outofcore import OutOfCorePartitioner
 from pyg_dist.format._tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
-from pyg_dist.testing.launch import run_ranks
+from pyg_dist.testing._launch import run_ranks
 from tests.support.scripts import run_script
 from test_outofcore import _cut, _homo, assert_same_output
 from test_roundtrip import check_roundtrip

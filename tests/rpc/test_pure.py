@@ -108,4 +108,4 @@ def test_unknown_callee_names_the_registered_ones_and_their_modules():
     for name in ("sampler.hop", "sampler.features", "sampler.has_edges"):
         assert lookup(name).__module__ in {m.__name__ for m in CALLEE_MODULES}
         assert name in str(err.value)
-    assert lookup("embedding.read").__module__ == "pyg_dist.embedding.shards"
+    assert lookup("embedding.read").__module__ == "pyg_dist.embedding._shards"

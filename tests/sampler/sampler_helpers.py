@@ -19,7 +19,7 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.sampler._local import LocalSampler
 from pyg_dist.sampler._types import FeatureRequest, FeatureResponse
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 
 Tamper = Callable[[int, FeatureRequest, FeatureResponse], FeatureResponse]
 

@@ -25,7 +25,7 @@ from pyg_dist import Partitioner  # noqa: E402
 from pyg_dist.sampler._features import FeatureFetcher  # noqa: E402
 from pyg_dist.sampler._hop_state import HopState  # noqa: E402
 from pyg_dist.sampler._warmup import warm_up  # noqa: E402
-from pyg_dist.testing.graphs import encode_ids  # noqa: E402
+from pyg_dist.testing._graphs import encode_ids  # noqa: E402
 
 
 def signatures() -> Dict[str, Set[str]]:

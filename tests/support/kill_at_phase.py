@@ -85,7 +85,7 @@ def arm_pipeline(phase: str) -> None:
 
 
 def arm_export(phase: str) -> None:
-    export = importlib.import_module("pyg_dist.inference.export")
+    export = importlib.import_module("pyg_dist.inference._export")
     if phase == "pairs":
         export._write_pair = after(export._write_pair, phase)
     elif phase == "manifest":

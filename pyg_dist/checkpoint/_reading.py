@@ -9,13 +9,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from pyg_dist.checkpoint import entries as ent
+from pyg_dist.checkpoint import _entries as ent
 from pyg_dist.checkpoint import files, versions
-from pyg_dist.checkpoint.dense import check_dense, load_dense
-from pyg_dist.checkpoint.entries import Entry
-from pyg_dist.checkpoint.errors import CheckpointError
-from pyg_dist.checkpoint.ranks import Ranks, same_everywhere
-from pyg_dist.checkpoint.sharded import copy_rows, fill, plan_rows, split
+from pyg_dist.checkpoint._dense import check_dense, load_dense
+from pyg_dist.checkpoint._entries import Entry
+from pyg_dist.checkpoint._errors import CheckpointError
+from pyg_dist.checkpoint._ranks import Ranks, same_everywhere
+from pyg_dist.checkpoint._sharded import copy_rows, fill, plan_rows, split
 from pyg_dist.loader._state import LoaderState
 
 log = logging.getLogger("pyg_dist")

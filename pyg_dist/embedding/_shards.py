@@ -15,8 +15,8 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.comm import STANDALONE
-from pyg_dist.embedding.layout import ShardLayout
+from pyg_dist.embedding._comm import STANDALONE
+from pyg_dist.embedding._layout import ShardLayout
 from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.rpc._registry import callee
 

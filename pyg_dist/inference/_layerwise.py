@@ -1,6 +1,6 @@
 """Exact layer-wise inference over a partitioned graph, homogeneous or heterogeneous.
 
-The model is a list of stages (:mod:`pyg_dist.inference.plan`): one per message-passing
+The model is a list of stages (:mod:`pyg_dist.inference._plan`): one per message-passing
 layer, over node and edge types (a homogeneous graph has one of each). Stage ``i``
 computes the output row of every node of the types it updates from the previous
 stage's rows of the node's full 1-hop in-neighbourhood, per edge type. Each partition
@@ -27,14 +27,14 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.embedding.comm import Comm
+from pyg_dist.embedding._comm import Comm
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.inference import gcn, rows
-from pyg_dist.inference.batch import Inputs, probe_width, stage_batch
-from pyg_dist.inference.plan import plan_of
-from pyg_dist.inference.spec import NotLayerwiseError
-from pyg_dist.inference.stage import Plan, Stage
-from pyg_dist.inference.subgraph import OneHop, one_hop, ranges
+from pyg_dist.inference import _gcn as gcn, _tensor_rows as rows
+from pyg_dist.inference._batch import Inputs, probe_width, stage_batch
+from pyg_dist.inference._plan import plan_of
+from pyg_dist.inference._spec import NotLayerwiseError
+from pyg_dist.inference._stage import Plan, Stage
+from pyg_dist.inference._subgraph import OneHop, one_hop, ranges
 from pyg_dist._progress import track
 from pyg_dist.rpc import DistContext
 from pyg_dist.sampler._neighbor_sampler import unpack_stores
@@ -59,7 +59,7 @@ def layerwise(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphS
 
     Args:
         model (torch.nn.Module): a PyG ``BasicGNN``, a ``to_hetero`` model, or a model
-            with ``layerwise_spec()`` (:mod:`pyg_dist.inference.spec`); must live on
+            with ``layerwise_spec()`` (:mod:`pyg_dist.inference._spec`); must live on
             ``device``. Run in eval mode (its mode is restored afterwards), without
             autograd.
         data (tuple): ``(LocalFeatureStore, LocalGraphStore)`` of this rank's partition.
@@ -78,7 +78,7 @@ def layerwise(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphS
     Returns:
         DistTensor or Dict[str, DistTensor]: the final layer's rows of every node,
         sharded like the graph, indexed by relabelled node id (see
-        :mod:`pyg_dist.inference.rows`); a dict by node type for heterogeneous graphs.
+        :mod:`pyg_dist.inference._tensor_rows`); a dict by node type for heterogeneous graphs.
 
     Raises:
         NotLayerwiseError: if the model cannot be split into layers (use sampled mode).

@@ -1,4 +1,4 @@
-"""The dataclasses of a layer-wise plan (built in :mod:`pyg_dist.inference.plan`)."""
+"""The dataclasses of a layer-wise plan (built in :mod:`pyg_dist.inference._plan`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,8 +6,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.inference.layerwise import layerwise
-from pyg_dist.inference.sampled import sampled
+from pyg_dist.inference._layerwise import layerwise
+from pyg_dist.inference._sampled import sampled
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from pyg_dist.inference import rows
+from pyg_dist.inference import _tensor_rows as rows
 from pyg_dist.store import LocalGraphStore
 from pyg_dist._typing import NodeType
 

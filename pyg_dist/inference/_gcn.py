@@ -20,7 +20,7 @@ from torch import Tensor
 from torch_geometric.nn.conv import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from pyg_dist.inference.subgraph import OneHop
+from pyg_dist.inference._subgraph import OneHop
 
 # (weight of an added self loop, whether loops are added), or None: no normalisation
 Norm = Optional[Tuple[float, bool]]

@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.embedding.comm import Comm
-from pyg_dist.embedding.layout import rank_offsets
-from pyg_dist.inference import rows
-from pyg_dist.inference.sampled_types import (count_fetches, output_types, seed_rows,
+from pyg_dist.embedding._comm import Comm
+from pyg_dist.embedding._layout import rank_offsets
+from pyg_dist.inference import _tensor_rows as rows
+from pyg_dist.inference._sampled_types import (count_fetches, output_types, seed_rows,
                                                 seeds_store)
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist._progress import track
@@ -92,7 +92,7 @@ def sampled(model: torch.nn.Module, data: Tuple[LocalFeatureStore, LocalGraphSto
 
     Returns:
         DistTensor or Dict[str, DistTensor]: every node's output row, sharded like the
-        graph, indexed by relabelled node id (see :mod:`pyg_dist.inference.rows`); a
+        graph, indexed by relabelled node id (see :mod:`pyg_dist.inference._tensor_rows`); a
         dict by node type for heterogeneous graphs.
 
     Raises:

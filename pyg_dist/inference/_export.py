@@ -1,6 +1,6 @@
 """Writing every node's inference output to files, in the dataset's original node ids.
 
-The format is :mod:`pyg_dist.inference.manifest`'s. Every partition's file pair is
+The format is :mod:`pyg_dist.inference._export_manifest`'s. Every partition's file pair is
 written by the first rank serving it (it reads its partition-mates' rows), and the
 whole folder appears at once: the pairs are written into a hidden temporary folder
 next to ``DIR`` that one process renames to ``DIR`` after every pair is complete
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.embedding.comm import Comm
-from pyg_dist.inference import manifest as fmt
-from pyg_dist.inference import rows
+from pyg_dist.embedding._comm import Comm
+from pyg_dist.inference import _export_manifest as fmt
+from pyg_dist.inference import _tensor_rows as rows
 from pyg_dist.format import _files as files, _partition_io as io
 from pyg_dist.format._id_maps import read_part_ids
 from pyg_dist.format._meta import PartitionMeta

@@ -7,9 +7,9 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding import shards
-from pyg_dist.embedding.comm import Comm
-from pyg_dist.embedding.layout import GraphRows, PartitionLike, ShardLayout, resolve_book
+from pyg_dist.embedding import _shards as shards
+from pyg_dist.embedding._comm import Comm
+from pyg_dist.embedding._layout import GraphRows, PartitionLike, ShardLayout, resolve_book
 from pyg_dist.format._book import RangeBook
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc._routing import RemoteResponseError, fan_out, split_by_owner
@@ -28,7 +28,7 @@ def zeros_init(shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
 
 class DistTensor:
     """A tensor whose rows are sharded over the ranks of a job; each row has exactly
-    one owner rank (see :mod:`pyg_dist.embedding.layout` for who owns what).
+    one owner rank (see :mod:`pyg_dist.embedding._layout` for who owns what).
 
     ``t[ids]`` reads rows: local rows directly, remote rows in one RPC per owner rank,
     all in flight together. ``t[ids] = values`` writes them (when ``ids`` repeats, the

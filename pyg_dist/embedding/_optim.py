@@ -23,9 +23,9 @@ from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.checkpoint import load_checkpoint, save_checkpoint
-from pyg_dist.embedding.embedding import DistEmbedding, PathLike
-from pyg_dist.embedding.tensor import DistTensor
+from pyg_dist.embedding._checkpoint import load_checkpoint, save_checkpoint
+from pyg_dist.embedding._embedding import DistEmbedding, PathLike
+from pyg_dist.embedding._tensor import DistTensor
 
 Params = Union[DistEmbedding, Iterable[DistEmbedding]]
 

@@ -18,13 +18,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from pyg_dist.checkpoint import entries as ent
+from pyg_dist.checkpoint import _entries as ent
 from pyg_dist.checkpoint import files, versions
-from pyg_dist.checkpoint.dense import save_dense
-from pyg_dist.checkpoint.entries import Entry
-from pyg_dist.checkpoint.errors import CheckpointError
-from pyg_dist.checkpoint.ranks import Ranks, restarts, same_everywhere
-from pyg_dist.checkpoint.sharded import TensorEntry, shard_file, split, write_rows
+from pyg_dist.checkpoint._dense import save_dense
+from pyg_dist.checkpoint._entries import Entry
+from pyg_dist.checkpoint._errors import CheckpointError
+from pyg_dist.checkpoint._ranks import Ranks, restarts, same_everywhere
+from pyg_dist.checkpoint._sharded import TensorEntry, shard_file, split, write_rows
 from pyg_dist.format import _files as fs
 
 PathLike = Union[str, os.PathLike]

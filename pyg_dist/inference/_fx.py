@@ -11,7 +11,7 @@ layer) by running the graph nodes between: the calls of layer ``i`` into ``T`` a
 replaced by the engine's outputs on the batch's in-edges, and layer ``i``'s input of
 ``T`` by the batch's own rows (so residual connections work). Anything else the stage
 would need (another node type's rows, an earlier layer's, an edge attribute) makes the
-model not layer-wise: :class:`~pyg_dist.inference.spec.NotLayerwiseError` says which
+model not layer-wise: :class:`~pyg_dist.inference._spec.NotLayerwiseError` says which
 graph node. Row-wise steps before the first layer (an encoder per type) are a stage of
 their own, without edges.
 """
@@ -26,8 +26,8 @@ from torch.fx.node import map_arg
 from torch_geometric.nn.conv import MessagePassing
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.inference.spec import SAMPLED_HINT, NotLayerwiseError
-from pyg_dist.inference.stage import Combine, Plan, Stage
+from pyg_dist.inference._spec import SAMPLED_HINT, NotLayerwiseError
+from pyg_dist.inference._stage import Combine, Plan, Stage
 from pyg_dist._typing import EdgeType, NodeType
 
 Call = Tuple[Node, EdgeType]

@@ -15,10 +15,10 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv import GINConv, SAGEConv
 
-from pyg_dist.inference import gcn
-from pyg_dist.inference.spec import SAMPLED_HINT, NotLayerwiseError
-from pyg_dist.inference.stage import Stage
-from pyg_dist.inference.subgraph import OneHop
+from pyg_dist.inference import _gcn as gcn
+from pyg_dist.inference._spec import SAMPLED_HINT, NotLayerwiseError
+from pyg_dist.inference._stage import Stage
+from pyg_dist.inference._subgraph import OneHop
 from pyg_dist._typing import EdgeType, NodeType
 
 # layers that take (source rows, destination rows) and compute destination rows only

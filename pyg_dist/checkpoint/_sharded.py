@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Protocol, Tuple, runtime_checkable
 import torch
 from torch import Tensor
 
-from pyg_dist.checkpoint.errors import CheckpointError
+from pyg_dist.checkpoint._errors import CheckpointError
 from pyg_dist.format import _files as fs
 
 MARK = "pyg_dist.checkpoint.sharded"

@@ -7,11 +7,11 @@ computes, a batch of destination nodes gets one output per edge type into that t
 the node type's output rows (aggregation over edge types, activations, norms, a final
 linear layer: anything that treats every node's row on its own). A homogeneous graph is
 the case of one node type and one edge type, so homogeneous and heterogeneous models
-run through one engine (:mod:`pyg_dist.inference.layerwise`).
+run through one engine (:mod:`pyg_dist.inference._layerwise`).
 
-Plans come from a :class:`~pyg_dist.inference.spec.LayerwiseSpec` (:func:`spec_plan`:
+Plans come from a :class:`~pyg_dist.inference._spec.LayerwiseSpec` (:func:`spec_plan`:
 ``BasicGNN`` models and user models) or from a ``to_hetero`` model's traced graph
-(:func:`pyg_dist.inference.fx.fx_plan`); :func:`plan_of` picks.
+(:func:`pyg_dist.inference._fx.fx_plan`); :func:`plan_of` picks.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from torch import Tensor
 from torch_geometric.nn.conv.hetero_conv import group
 
 from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.inference.fx import fx_plan
-from pyg_dist.inference.spec import (LayerwiseSpec, NotLayerwiseError, edge_modules, layer_aggr,
+from pyg_dist.inference._fx import fx_plan
+from pyg_dist.inference._spec import (LayerwiseSpec, NotLayerwiseError, edge_modules, layer_aggr,
                                      spec_of)
-from pyg_dist.inference.stage import Combine, Plan, Stage
+from pyg_dist.inference._stage import Combine, Plan, Stage
 from pyg_dist._typing import EdgeType, NodeType
 
 __all__ = ["Plan", "Stage", "plan_of", "spec_plan"]

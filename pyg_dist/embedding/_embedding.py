@@ -8,9 +8,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_dist.embedding.checkpoint import load_checkpoint, save_checkpoint
-from pyg_dist.embedding.layout import PartitionLike
-from pyg_dist.embedding.tensor import DistTensor, Index, InitFunc
+from pyg_dist.embedding._checkpoint import load_checkpoint, save_checkpoint
+from pyg_dist.embedding._layout import PartitionLike
+from pyg_dist.embedding._tensor import DistTensor, Index, InitFunc
 
 PathLike = Union[str, os.PathLike]
 

@@ -8,7 +8,7 @@ node's row on its own (activations, eval-mode batch norm, dropout). PyG's
 :class:`~torch_geometric.nn.models.basic_gnn.BasicGNN` models (``GCN``,
 ``GraphSAGE``, ``GIN``, ``GAT``, ``PNA``, ``EdgeCNN``) are described automatically
 (:func:`spec_of`), and so are ``to_hetero`` models (read from their traced graph by
-:mod:`pyg_dist.inference.fx`); other models describe themselves with a method
+:mod:`pyg_dist.inference._fx`); other models describe themselves with a method
 ``layerwise_spec(self) -> LayerwiseSpec`` (on a heterogeneous graph, layers given as
 ``HeteroConv`` or dicts of edge type -> module, ``after`` on dicts of node type -> rows).
 
