@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
                                                      set_optimizer_state_dict)
 
 from pyg_dist.checkpoint._errors import CheckpointError
-from pyg_dist.checkpoint.files import regular_file
+from pyg_dist.checkpoint._files import regular_file
 
 METADATA = ".metadata"
 _DCP_META = "torch.distributed.checkpoint.metadata"

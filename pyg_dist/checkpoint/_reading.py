@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from pyg_dist.checkpoint import _entries as ent
-from pyg_dist.checkpoint import files, versions
+from pyg_dist.checkpoint import _files as files, _versions as versions
 from pyg_dist.checkpoint._dense import check_dense, load_dense
 from pyg_dist.checkpoint._entries import Entry
 from pyg_dist.checkpoint._errors import CheckpointError

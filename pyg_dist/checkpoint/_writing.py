@@ -1,7 +1,7 @@
 """:func:`save`: every entry of ``state`` into a new version, published atomically.
 
 A save runs in named phases, each one function here (the order, and what a failure in
-each leaves, is the invariant of :mod:`pyg_dist.checkpoint.versions`): :func:`_begin`
+each leaves, is the invariant of :mod:`pyg_dist.checkpoint._versions`): :func:`_begin`
 (version created, its name agreed), ``save_dense`` (dense state written),
 :func:`_write_rank` (this rank's shards and state written), :func:`_digest_version`
 (digests computed), then on rank 0 ``versions.write_info`` (``info.json`` written),
@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from pyg_dist.checkpoint import _entries as ent
-from pyg_dist.checkpoint import files, versions
+from pyg_dist.checkpoint import _files as files, _versions as versions
 from pyg_dist.checkpoint._dense import save_dense
 from pyg_dist.checkpoint._entries import Entry
 from pyg_dist.checkpoint._errors import CheckpointError

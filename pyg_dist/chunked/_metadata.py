@@ -32,6 +32,7 @@ from pyg_dist.format._jsonio import read_json
 from pyg_dist.format._schema import Field, PartitionFormatError
 from pyg_dist._typing import EdgeType
 
+#: the file that describes a chunked folder, at its top
 METADATA_FILE = "metadata.json"
 FORMATS = ("csv", "numpy", "parquet")
 #: formats node/edge data chunks may use (they are read by row range, so no csv)

@@ -20,6 +20,8 @@ from pyg_dist.datasets._by_name import CHOICES
 from pyg_dist.datasets._errors import MissingDependencyError
 from pyg_dist._progress import step
 
+__all__ = ["main"]
+
 PROG = "pyg-dist-chunk"
 INT_RANGES = {"chunk_size": (1, None), "seed": (0, MAX_SEED), "num_nodes": (2, None),
               "feat_dim": (1, None), "num_classes": (1, None)}
@@ -83,6 +85,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-chunk`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

@@ -18,6 +18,8 @@ from pyg_dist.convert._pyg import convert_pyg_partitions
 from pyg_dist.datasets._errors import DatasetError
 from pyg_dist.format._meta import PartitionFormatError
 
+__all__ = ["main"]
+
 PROG = "pyg-dist-convert"
 
 
@@ -82,6 +84,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-convert`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

@@ -36,6 +36,8 @@ from pyg_dist.inference import export, infer
 from pyg_dist.rpc import DistContext, shutdown_rpc
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
+__all__ = ["main"]
+
 PROG = "pyg-dist-export"
 MODELS = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}
 
@@ -163,6 +165,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-export`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

@@ -30,6 +30,8 @@ from pyg_dist.partition._options import PartitionOptions
 from pyg_dist.partition._outofcore.budget import format_size, parse_size, peak_rss_bytes
 from pyg_dist._progress import step
 
+__all__ = ["main"]
+
 MAX_SEED = 2**31 - 1  # METIS takes a C int
 
 
@@ -296,6 +298,8 @@ def run_ranks(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-partition`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run_ranks if env_world_size() > 1 else run, "pyg-dist-partition", argv)
 
 

@@ -20,6 +20,8 @@ from pyg_dist.cli._common import Parser, UsageError, run_main
 from pyg_dist.format._integrity import verify_folder
 from pyg_dist.format._meta import PartitionFormatError
 
+__all__ = ["main"]
+
 PROG = "pyg-dist-verify"
 
 
@@ -56,6 +58,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-verify`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

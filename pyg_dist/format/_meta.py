@@ -43,6 +43,7 @@ from pyg_dist.format._schema import Field, PartitionFormatError
 from pyg_dist._typing import (HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key, edge_type_of,
                              is_homo_alias, parse_edge_key)
 
+#: the ``format`` field of every ``META.json`` pyg_dist writes
 FORMAT = "pyg_dist"
 VERSION = 2  #: written; v2 keeps each partition's original ids in its own folder
 READS = (1, 2)  #: versions read

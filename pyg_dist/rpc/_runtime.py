@@ -300,6 +300,7 @@ def current() -> RpcGroup:
 
 
 def is_initialized() -> bool:
+    """Whether this process has joined the job's RPC group (and not shut it down)."""
     return _GROUP is not None
 
 

@@ -15,7 +15,7 @@ import torch
 from pyg_dist import (DistContext, DistEmbedding, DistNeighborLoader, LocalFeatureStore,
                       LocalGraphStore, Partitioner, SparseAdam, node_split, shutdown_rpc)
 from pyg_dist import checkpoint
-from pyg_dist.checkpoint import CheckpointError, files
+from pyg_dist.checkpoint import CheckpointError, _files as files
 from pyg_dist.testing._graphs import encode_ids
 
 

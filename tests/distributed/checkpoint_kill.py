@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 import pyg_dist.checkpoint as checkpoint
-from pyg_dist.checkpoint import _reading as reading, versions, _writing as writing
+from pyg_dist.checkpoint import _reading as reading, _versions as versions, _writing as writing
 from pyg_dist.format import _files as fs
 
 #: phase -> (module, function whose return ends it, run by rank 0 only)

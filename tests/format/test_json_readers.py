@@ -14,7 +14,7 @@ import torch
 
 from pyg_dist import LocalGraphStore, Partitioner, checkpoint
 from pyg_dist.checkpoint import CheckpointError
-from pyg_dist.checkpoint.files import INFO, Info
+from pyg_dist.checkpoint._files import INFO, Info
 from pyg_dist.chunked._errors import ChunkedFormatError
 from pyg_dist.chunked._metadata import ChunkedMeta
 from pyg_dist.convert import PygFormatError

@@ -17,7 +17,7 @@ Versions and ``LATEST`` are :mod:`pyg_dist.format._files`'s versioned folders: a
 a new version, ``info.json`` once every rank finished, then replaces ``LATEST`` atomically,
 then removes versions beyond the newest ``keep``. ``LATEST`` only ever names a complete
 version, which stays on disk until a newer complete one is published (the phases of a save
-and what a failure in each leaves are in :mod:`pyg_dist.checkpoint.versions`).
+and what a failure in each leaves are in :mod:`pyg_dist.checkpoint._versions`).
 
 ``info.json`` is version 3. Versions 1 and 2 (fixed model/optimizer/embeddings slots, an
 embedding checkpoint of their own) are refused with a message naming the version.

@@ -30,7 +30,7 @@ from typing import List, Optional, Tuple
 
 from pyg_dist.checkpoint._dense import check_dense
 from pyg_dist.checkpoint._errors import CheckpointError
-from pyg_dist.checkpoint.files import INFO, MODEL, Info, verify_files, version_files
+from pyg_dist.checkpoint._files import INFO, MODEL, Info, verify_files, version_files
 from pyg_dist.format import _files as fs
 
 
