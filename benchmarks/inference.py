@@ -49,7 +49,7 @@ CHECK_ROWS = 500_000
 
 
 def _graph(args: argparse.Namespace):
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     return community_graph(args.num_nodes, avg_degree=args.avg_degree, feat_dim=100,
                            num_classes=47, seed=0)
@@ -162,7 +162,7 @@ def _summary(name: str, outs: List[Dict]) -> Dict:
 def _check(root: Path, outs: List[Dict], full: torch.Tensor) -> Tuple[float, int]:
     """Largest difference from full batch over the first rows of every rank's shard
     (those among the reference's original ids)."""
-    from pyg_dist.format._id_maps import read_id_map
+    from pyg_dist.format import read_id_map
 
     node_map = read_id_map(root)
     worst, checked = 0.0, 0

@@ -161,7 +161,7 @@ def run_cost(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, object]:
 
 # ---- accuracy: GraphSAGE on Planetoid graphs over 3 partitions ---------------------------
 def _train(args: argparse.Namespace, root: Path, strategy: str, seed: int) -> float:
-    from pyg_dist.testing._launch import free_port
+    from pyg_dist.testing import free_port
 
     repo = Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=3",

@@ -60,7 +60,7 @@ SETTINGS = ("open", "memory", "direct", "cgroup")
 # ---- partition folders (cached) ------------------------------------------------------
 def _build(root: str, num_nodes: int, avg_degree: float, feat_dim: int, parts: int) -> None:
     from pyg_dist import Partitioner
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     data = community_graph(num_nodes, avg_degree, feat_dim, seed=0)
     Partitioner(data, parts, root, method="metis" if parts > 1 else "random",

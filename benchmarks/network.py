@@ -63,7 +63,7 @@ RATES = {"none": None, "10gbit": 10e9, "1gbit": 1e9, "100mbit": 100e6}
 def _build(root: str, num_nodes: int, avg_degree: float, feat_dim: int, parts: int,
            power_law: float) -> None:
     from pyg_dist import Partitioner
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     data = community_graph(num_nodes, avg_degree, feat_dim, seed=0, power_law=power_law)
     Partitioner(data, parts, root, method="metis", coarsen=True, overwrite=True,

@@ -36,7 +36,7 @@ for _name, _value in bench.ONE_THREAD.items():  # as the sampling benchmark's pr
 
 
 def _batches(sampler, cfg: bench.BenchConfig) -> Dict[str, List[float]]:
-    from pyg_dist.sampler._features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     plain = FeatureFetcher(sampler.group, sampler.local, sampler.meta, original_ids=False)
     ways = {"none": (False, plain), "edges": (True, plain), "nodes": (False, sampler.fetcher),

@@ -175,7 +175,7 @@ def worker(args: argparse.Namespace) -> RunResult:
     Args:
         args: parsed command line; ``args.num_parts`` holds exactly one value.
     """
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     log = PeakLog()
     rss_before, start = _status_gb("VmRSS"), time.perf_counter()

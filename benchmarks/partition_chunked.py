@@ -134,7 +134,7 @@ def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> Non
         from datetime import timedelta
 
         from pyg_dist.partition._distributed import ArrayComm, DistPartitioner
-        from pyg_dist.rpc._process_group import init_process_group
+        from pyg_dist.rpc import init_process_group
 
         ctx = init_process_group("gloo", timeout=timedelta(hours=2))
         part = DistPartitioner(input, num_parts, out, budget,

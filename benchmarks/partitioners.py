@@ -66,7 +66,7 @@ def _load_graph(name: str):
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(SHARED_CORA / "Cora", Path(tmp) / "Cora")
             return load_planetoid(tmp, "Cora")
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     nodes, degree, power_law = GRAPHS[name]
     return community_graph(nodes, degree, feat_dim=1, num_classes=47, seed=0,

@@ -82,7 +82,7 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
         num_parts (int): METIS partitions.
     """
     from pyg_dist import Partitioner
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     root = cache / f"{kind}_n{num_nodes}_d{avg_degree:g}_f{feat_dim}_p{num_parts}_s{seed}"
     if (root / "META.json").exists():
@@ -145,7 +145,7 @@ def _fetchers(sampler, features: bool) -> Dict[str, Tuple[bool, object]]:
     """The variants timed on the same seeds, as ``(original ids, fetcher)``: hops and
     features with original ids (what loaders do: owners send edges' ids with the hop,
     nodes' with their rows), and, to price the ids, the same without them."""
-    from pyg_dist.sampler._features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     if not features:
         return {"": (True, None)}
@@ -218,7 +218,7 @@ def _profile_text(prof: cProfile.Profile, top: int = 25) -> str:
 def fetch_bandwidth(sampler, cfg: BenchConfig) -> Dict[str, float]:
     """Remote fetch of ``cfg.fetch_ids`` random ids of the other partition vs a local
     ``index_select`` of as many random rows (same bytes, same process)."""
-    from pyg_dist.sampler._features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     node_type = sampler.meta.node_types[0]
     book = sampler.graph.node_book(node_type)

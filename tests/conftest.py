@@ -41,7 +41,7 @@ def cora(planetoid_root: Path):
 
 @pytest.fixture(scope="session")
 def hetero_graph():
-    from pyg_dist.datasets._synthetic import hetero_community_graph
+    from pyg_dist.datasets import hetero_community_graph
 
     return hetero_community_graph(3000, avg_degree=6, feat_dim=8, seed=1)
 

@@ -9,9 +9,9 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       LocalFeatureStore, LocalGraphStore, Partitioner, node_split, shutdown_rpc)
 from pyg_dist.loader._id_collective import label_rows, to_original, to_relabelled
 from pyg_dist.format import _partition_io as io
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.format import read_id_map
 from pyg_dist.store._original_ids import PartIds
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from pyg_dist._typing import HOMO_NODE
 
 

@@ -10,7 +10,7 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pyg_dist.datasets import _ogb_nodes as ogb_nodes
-from pyg_dist.datasets._by_name import load_named
+from pyg_dist.datasets import load_named
 from pyg_dist.datasets._errors import DatasetError, MissingDependencyError, MissingRawFilesError
 
 pytest.importorskip("ogb", reason="the OGB readers need `pip install ogb`")

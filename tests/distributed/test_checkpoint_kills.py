@@ -29,7 +29,7 @@ import pytest
 
 from pyg_dist import Partitioner
 from tests.support.scripts import ScriptRun, run_script
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from checkpoint_kill import LOAD_PHASES, SAVE_PHASES
 
 HERE = Path(__file__).resolve().parent

@@ -17,7 +17,7 @@ from pyg_dist import (DistEmbedding, DistNeighborLoader, Partitioner, SparseAdam
 from pyg_dist import checkpoint
 from pyg_dist.checkpoint._files import version_files
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from test_loader import _open
 
 

@@ -24,7 +24,7 @@ import torch
 
 from pyg_dist import Partitioner
 from pyg_dist.testing import free_port
-from pyg_dist.testing._graphs import encode_ids, khop_in_neighbourhood
+from pyg_dist.testing import encode_ids, khop_in_neighbourhood
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 from test_training import Job, assert_no_leftovers, processes_with, start
 

@@ -20,8 +20,8 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader, L
                       LocalGraphStore, Partitioner, edge_split, node_split, shutdown_rpc)
 from pyg_dist.format import _partition_io as io
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing._graphs import encode_ids
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.testing import encode_ids
+from pyg_dist.format import read_id_map
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
@@ -233,7 +233,7 @@ def _repeated_seed(data, ctx, node_type, ids: torch.Tensor, fanout: int) -> Dict
 
 
 def _truth(data, parts: int, direct: str, tmp_path) -> None:
-    from pyg_dist.testing._graphs import khop_in_neighbourhood, typed
+    from pyg_dist.testing import khop_in_neighbourhood, typed
     from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
     Partitioner(data, parts, tmp_path, seed=0, progress=False, overwrite=True).generate()

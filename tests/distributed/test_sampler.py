@@ -19,9 +19,9 @@ from pyg_dist.format import _partition_io as io
 from pyg_dist.rpc import RpcPeerError, shutdown_rpc
 from pyg_dist.sampler._direct import ENV as DIRECT_ENV
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing._graphs import encode_ids, khop_in_neighbourhood, typed
+from pyg_dist.testing import encode_ids, khop_in_neighbourhood, typed
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, edge_key
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.format import read_id_map
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
@@ -374,7 +374,7 @@ def _unretrieved_after_dead_fetch(sampler: DistNeighborSampler, first_remote: in
     import logging
     import time
 
-    from pyg_dist.sampler._features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     logged: list = []
     handler = logging.Handler()

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from pyg_dist.format._book import RangeBook
+from pyg_dist.format import RangeBook
 from pyg_dist.format._meta import AttrSpec, PartitionMeta, PartStats
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 

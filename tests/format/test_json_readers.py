@@ -15,14 +15,14 @@ import torch
 from pyg_dist import LocalGraphStore, Partitioner, checkpoint
 from pyg_dist.checkpoint import CheckpointError
 from pyg_dist.checkpoint._files import INFO, Info
-from pyg_dist.chunked._errors import ChunkedFormatError
-from pyg_dist.chunked._metadata import ChunkedMeta
+from pyg_dist.chunked import ChunkedFormatError
+from pyg_dist.chunked import ChunkedMeta
 from pyg_dist.convert import PygFormatError
 from pyg_dist.convert._pyg_layout import PygLayout
 from pyg_dist.format import PartitionFormatError
 from pyg_dist.format._part_manifest import MANIFEST_FILE
 from pyg_dist.inference import ExportFormatError, read_export
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 DEEP = "[" * 100_000 + "]" * 100_000
 PICKLE = pickle.dumps({"format": "pyg_dist", "version": 2})
@@ -30,7 +30,7 @@ PICKLE = pickle.dumps({"format": "pyg_dist", "version": 2})
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     root = tmp_path_factory.mktemp("json_parts")
     Partitioner(encode_ids(community_graph(40, 3.0, 4, 2, seed=0)), 1, root,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyg_dist import Partitioner
-from pyg_dist.datasets._synthetic import community_graph
+from pyg_dist.datasets import community_graph
 from pyg_dist.format import _files as files, _partition_io as io
 
 

@@ -21,7 +21,7 @@ from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitione
 from pyg_dist.inference import LayerwiseSpec, NotLayerwiseError, layerwise
 from pyg_dist.inference import _tensor_rows as rows
 from pyg_dist.format import _partition_io as io
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.format import read_id_map
 from pyg_dist.testing import run_ranks
 
 NAMES = [name for name, _, _ in MODELS]

@@ -9,7 +9,7 @@ from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       edge_split, node_split, shutdown_rpc)
 from pyg_dist.loader._seeds import EpochPlan
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +216,7 @@ def test_a_type_nothing_was_sampled_of_has_empty_attributes(tmp_path):
     """As PyG's ``NeighborLoader``: every node type has its attributes in a batch, with
     zero rows when no node of it was sampled, and every edge type its edge attributes
     (here: institutions are never reached from papers in one hop)."""
-    from pyg_dist.datasets._synthetic import hetero_community_graph
+    from pyg_dist.datasets import hetero_community_graph
 
     data = hetero_community_graph(60, avg_degree=3, feat_dim=5, seed=2)
     Partitioner(data, 1, tmp_path, progress=False).generate()

@@ -20,7 +20,7 @@ from pyg_dist.loader._stats import STAGES, LoaderStats, StatsRecorder
 from pyg_dist._progress import PROGRESS_ENV, stages_wanted
 from pyg_dist.sampler import _timing as timing
 from pyg_dist.store._original_ids import ID_ATTR
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
 PRODUCER_STAGES = timing.STAGES

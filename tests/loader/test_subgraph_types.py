@@ -12,7 +12,7 @@ from torch_geometric.sampler import NodeSamplerInput
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner)
 from pyg_dist.rpc import shutdown_rpc
-from pyg_dist.testing._graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 
 def _one_partition(data, root):

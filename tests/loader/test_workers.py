@@ -117,7 +117,7 @@ def test_workers_fork_from_one_server_per_trainer_or_spawn_when_asked(cora, tmp_
     the trainer's own children again; the batches are the same either way."""
     from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore,
                           LocalGraphStore, Partitioner, node_split, shutdown_rpc)
-    from pyg_dist.testing._graphs import encode_ids
+    from pyg_dist.testing import encode_ids
 
     Partitioner(encode_ids(cora), 1, tmp_path, progress=False).generate()
     stores = (LocalFeatureStore.from_partition(tmp_path, 0),

@@ -20,7 +20,7 @@ import pytest
 
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
+from pyg_dist.datasets import community_graph, hetero_community_graph
 from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import Partitioner
 from pyg_dist.partition._distributed import DistPartitioner
@@ -28,7 +28,7 @@ from pyg_dist.partition._outofcore import OutOfCorePartitioner
 from pyg_dist.format._tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
-from pyg_dist.testing._launch import run_ranks
+from pyg_dist.testing import run_ranks
 from tests.support.scripts import run_script
 from test_outofcore import _cut, _homo, assert_same_output
 from test_roundtrip import check_roundtrip

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
-from pyg_dist.datasets._synthetic import community_graph
+from pyg_dist.datasets import community_graph
 from pyg_dist.format import _partition_io as io
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.format import read_id_map
 from forge import forge, strip_digests
 
 HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -13,7 +13,7 @@ import torch
 from pyg_dist import Partitioner
 from pyg_dist.cli.partition import main
 from pyg_dist.format import _partition_io as io
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.format import read_id_map
 from pyg_dist.partition._graph_kernels import EdgeBlock, symmetric_csr
 from pyg_dist.format._tables import GraphTables
 from test_roundtrip import check_roundtrip
@@ -25,7 +25,7 @@ needs_kaminpar = pytest.mark.skipif(not HAVE_KAMINPAR, reason="the optional kami
 
 @pytest.fixture(scope="module")
 def community():
-    from pyg_dist.datasets._synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     return community_graph(4000, avg_degree=12, feat_dim=4, num_classes=4, seed=3)
 

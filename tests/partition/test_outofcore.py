@@ -15,7 +15,7 @@ import torch
 
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
+from pyg_dist.datasets import community_graph, hetero_community_graph
 from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import Partitioner
 from pyg_dist.format._part_manifest import MANIFEST_FILE

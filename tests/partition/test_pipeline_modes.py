@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pyg_dist.chunked import write_chunked
-from pyg_dist.datasets._synthetic import community_graph
+from pyg_dist.datasets import community_graph
 from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import partition
 from pyg_dist.partition._api import choose_mode

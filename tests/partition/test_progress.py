@@ -5,7 +5,7 @@ import io as stdio
 from pathlib import Path
 
 from pyg_dist import Partitioner
-from pyg_dist.datasets._synthetic import community_graph
+from pyg_dist.datasets import community_graph
 
 
 class _Terminal(stdio.StringIO):

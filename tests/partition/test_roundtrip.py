@@ -11,7 +11,7 @@ from pyg_dist.format import _partition_io as io
 from pyg_dist.format._integrity import verify_folder
 from pyg_dist.format._tables import GraphTables
 from pyg_dist._typing import edge_key
-from pyg_dist.format._id_maps import read_id_map
+from pyg_dist.format import read_id_map
 
 
 def _maps(root: Path, tables: GraphTables):

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
-from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
+from pyg_dist.datasets import community_graph, hetero_community_graph
 from pyg_dist.format import _partition_io as io
-from pyg_dist.format._meta import PartitionMeta
-from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.format import PartitionMeta
+from pyg_dist.sampler import LocalSampler
 from pyg_dist._typing import HOMO_EDGE, edge_key
 from forge import forge, reseal
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 pytestmark = pytest.mark.timeout(60)
 
 from pyg_dist.rpc import _incarnation as incarnation
-from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc import DistContext
 from pyg_dist.rpc._incarnation import IncarnationError
 
 

@@ -14,7 +14,7 @@ import torch
 from pyg_dist.sampler._cache.feature_cache import FeatureCache
 from pyg_dist.sampler._cache.file import (NEW_GRACE_S, NEW_PREFIX, SharedCacheError,
                                          check_payload, clean_stale, holder, write)
-from pyg_dist.sampler._features import FeatureFetcher
+from pyg_dist.sampler import FeatureFetcher
 from pyg_dist.sampler._cache.shared import attach
 from pyg_dist.store._source import FileId
 

@@ -9,8 +9,8 @@ from scipy.stats import chi2
 
 from pyg_dist.sampler import _labor as labor
 from pyg_dist.sampler._labor import hop_seed, sample_labor_hop, type_seed, variates
-from pyg_dist.sampler._labor_reference import labor_sample
-from pyg_dist.sampler._types import SamplingConfig
+from pyg_dist.sampler import labor_sample
+from pyg_dist.sampler import SamplingConfig
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
 

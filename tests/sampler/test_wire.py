@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_dist.sampler._features import FeatureFetcher
+from pyg_dist.sampler import FeatureFetcher
 from pyg_dist.sampler._wire import normalize, to_wire
 
 

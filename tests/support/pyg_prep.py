@@ -22,7 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.format import _partition_io as io
-from pyg_dist.format._id_maps import read_part_ids
+from pyg_dist.format import read_part_ids
 from pyg_dist._typing import EdgeType, NodeType
 
 SPLITS = ("train", "val", "test")
