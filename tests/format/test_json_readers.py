@@ -111,6 +111,6 @@ def test_every_json_reader_uses_the_shared_helper():
 
     package = Path(pyg_dist.__file__).parent
     users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
-                   if "json.load" in p.read_text() and p.name != "jsonio.py")
-    # shared_cache.py parses a value from the job's own rendezvous store, not a file
-    assert users == ["sampler/shared_cache.py"], users
+                   if "json.load" in p.read_text() and p.name != "_jsonio.py")
+    # _cache/shared.py parses a value from the job's own rendezvous store, not a file
+    assert users == ["sampler/_cache/shared.py"], users

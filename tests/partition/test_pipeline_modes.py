@@ -20,7 +20,7 @@ from pyg_dist.partition._options import (FOLDER_ONLY, MODES, REFUSED, PartitionO
 
 NODES = 120
 
-#: option settings walked in every mode: name (as options.py names it) -> kwargs
+#: option settings walked in every mode: name (as _options.py names it) -> kwargs
 SETTINGS: Dict[str, dict] = {
     "method=metis": {},
     "method=random": {"method": "random"},
