@@ -58,9 +58,9 @@ GRAPHS = {"community_200k": (200_000, 20.0), "products_2.4m": (2_400_000, 50.0)}
 
 def _loader(root: str, cfg: bench.BenchConfig):
     from pyg_dist import DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore
-    from pyg_dist.format import io
-    from pyg_dist.store.ids import PartIds
-    from pyg_dist.typing import HOMO_NODE
+    from pyg_dist.format import _partition_io as io
+    from pyg_dist.store._original_ids import PartIds
+    from pyg_dist._typing import HOMO_NODE
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)
@@ -95,7 +95,7 @@ def loader_pass(loader, count: int) -> Dict[str, list]:
 def _owners(sampler, ids: torch.Tensor):
     """``(local rows, LocalSampler of the owner)`` per owner of ``ids`` (own, or read
     directly from its files on this machine)."""
-    from pyg_dist.rpc.routing import split_by_owner
+    from pyg_dist.rpc._routing import split_by_owner
 
     node_type = sampler.meta.node_types[0]
     book = sampler.graph.node_book(node_type)
@@ -109,7 +109,7 @@ def _owners(sampler, ids: torch.Tensor):
 
 def kernel_pass(sampler, passes: Dict[str, list], fanout: List[int]) -> List[float]:
     """Milliseconds of the sampling kernel alone per batch, over the batch's frontiers."""
-    from pyg_dist.sampler.kernels import sample_one_hop
+    from pyg_dist.sampler._sample_kernels import sample_one_hop
 
     edge_type = sampler.meta.edge_types[0]
     laps = []
@@ -149,7 +149,7 @@ def gather_pass(sampler, passes: Dict[str, list]) -> List[float]:
 def stats_cost(sampler, passes: Dict[str, list], batch_size: int) -> Dict[str, float]:
     """The same batches sampled and fetched with and without a stage record, back to back
     in alternating order: the median per-batch ratio, and the clock's cost per read."""
-    from pyg_dist.sampler import timing
+    from pyg_dist.sampler import _timing as timing
 
     async def one(seeds, rng, record: bool):
         if not record:

@@ -163,7 +163,7 @@ def final_weights(parts: Path, ckpt: Path) -> Dict[str, Any]:
 
 def leftovers(ckpt: Path) -> List[str]:
     """What the checkpoint folder holds beyond LATEST and up to KEEP complete versions."""
-    from pyg_dist.checkpoint import versions
+    from pyg_dist.checkpoint import _versions as versions
     names = sorted(p.name for p in ckpt.iterdir())
     listed = versions.list_versions(ckpt)
     bad = [n for n in names if n != "LATEST" and n not in {v for v, _, _ in listed}]

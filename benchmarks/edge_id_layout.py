@@ -3,7 +3,7 @@
 Returning original edge ids costs one read of ``edge_ids.pt`` per sampled edge, at the
 positions the sampling kernel drew in ``indices`` (the CSC's source ids). This measures
 that read alone, in a loop shaped like the kernel's neighbour pass (software prefetch
-``PREFETCH_AHEAD`` ahead, as in :mod:`pyg_dist.sampler.kernels`), for the layouts one
+``PREFETCH_AHEAD`` ahead, as in :mod:`pyg_dist.sampler._sample_kernels`), for the layouts one
 could store:
 
 - ``nbrs``: the neighbours only (what a batch without original edge ids reads);
@@ -27,7 +27,7 @@ from typing import Callable, Dict, List
 import numba
 import numpy as np
 
-from pyg_dist.sampler.kernels import PREFETCH_AHEAD, prefetch
+from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, prefetch
 
 
 @numba.njit(cache=True)

@@ -59,8 +59,8 @@ def ensure_graph(args: argparse.Namespace) -> Path:
 
 def make_loader(stores, args, device: Optional[str], pin: bool):
     from pyg_dist import DistContext, DistNeighborLoader
-    from pyg_dist.store.ids import PartIds
-    from pyg_dist.typing import HOMO_NODE
+    from pyg_dist.store._original_ids import PartIds
+    from pyg_dist._typing import HOMO_NODE
 
     seeds = PartIds.of_stores(*stores).table("node", HOMO_NODE).long()
     return DistNeighborLoader(data=stores, num_neighbors=[int(f) for f in args.fanout.split(",")],

@@ -10,13 +10,13 @@ each in fresh processes (one thread each) so peak memory is per process:
   (full 1-hop neighbourhoods), one process: the issue's reference for memory. Its
   sampler runs on the test-only plain-Python stand-in for pyg-lib (not installable
   here), so its time is not pyg-lib's; the memory figures compare against it.
-- ``single_layerwise``: :func:`pyg_dist.inference.layerwise` on a 1-partition copy, one
+- ``single_layerwise``: :func:`pyg_dist.inference._layerwise` on a 1-partition copy, one
   process: the same layer-by-layer algorithm, with pyg_dist's memory bounds (feature and
   hidden pages dropped per batch): the reference for time.
-- ``dist_layerwise``: :func:`pyg_dist.inference.layerwise` on 2 partitions, 2 processes.
+- ``dist_layerwise``: :func:`pyg_dist.inference._layerwise` on 2 partitions, 2 processes.
 - ``dist_layerwise_mapped``: the same with ``scratch_dir`` (hidden states in mapped
   files, at most about one batch of them resident per process).
-- ``dist_sampled``: :func:`pyg_dist.inference.sampled` with ``--fanout`` (15, 10, 5).
+- ``dist_sampled``: :func:`pyg_dist.inference._sampled` with ``--fanout`` (15, 10, 5).
 
 Reported: wall seconds of the inference call (slowest rank), bytes of rows fetched from
 other ranks, peak resident memory per process (``ru_maxrss``; it includes the ~0.3 GB
@@ -49,7 +49,7 @@ CHECK_ROWS = 500_000
 
 
 def _graph(args: argparse.Namespace):
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     return community_graph(args.num_nodes, avg_degree=args.avg_degree, feat_dim=100,
                            num_classes=47, seed=0)
@@ -119,8 +119,8 @@ def dist_job(root: str, args: argparse.Namespace, mode: str, scratch: Optional[s
     import torch.distributed as dist
 
     from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, shutdown_rpc
-    from pyg_dist.inference import infer, rows
-    from pyg_dist.format import io
+    from pyg_dist.inference import infer, _tensor_rows as rows
+    from pyg_dist.format import _partition_io as io
 
     ctx = DistContext.from_env(rpc_timeout=600)
     if ctx.world_size > 1:
@@ -162,7 +162,7 @@ def _summary(name: str, outs: List[Dict]) -> Dict:
 def _check(root: Path, outs: List[Dict], full: torch.Tensor) -> Tuple[float, int]:
     """Largest difference from full batch over the first rows of every rank's shard
     (those among the reference's original ids)."""
-    from pyg_dist.format.id_maps import read_id_map
+    from pyg_dist.format import read_id_map
 
     node_map = read_id_map(root)
     worst, checked = 0.0, 0

@@ -53,7 +53,7 @@ GRAPHS = {"community": (200_000, 20.0), "products": (2_400_000, 50.0)}
 
 def _samplers(root: str, cfg: BenchConfig):
     from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)
@@ -165,7 +165,7 @@ def run_cost(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, object]:
 
 # ---- accuracy: GraphSAGE on Planetoid graphs over 3 partitions ---------------------------
 def _train(args: argparse.Namespace, root: Path, strategy: str, seed: int) -> float:
-    from pyg_dist.testing.launch import free_port
+    from pyg_dist.testing import free_port
 
     repo = Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=3",

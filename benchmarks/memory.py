@@ -1,7 +1,7 @@
 """Memory benchmark: one copy of a partition per machine.
 
 On a products-scale synthetic graph (default 2.4M nodes, 124M directed edges, 100
-float32 features; :func:`pyg_dist.datasets.synthetic.community_graph`) in 1 partition
+float32 features; :func:`pyg_dist.datasets._synthetic.community_graph`) in 1 partition
 and in 2 (coarsened METIS), side by side in one run:
 
 - ``open``: seconds to open the 1-partition stores, private load (``mmap=False``)
@@ -60,7 +60,7 @@ SETTINGS = ("open", "memory", "direct", "cgroup")
 # ---- partition folders (cached) ------------------------------------------------------
 def _build(root: str, num_nodes: int, avg_degree: float, feat_dim: int, parts: int) -> None:
     from pyg_dist import Partitioner
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     data = community_graph(num_nodes, avg_degree, feat_dim, seed=0)
     Partitioner(data, parts, root, method="metis" if parts > 1 else "random",

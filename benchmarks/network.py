@@ -63,7 +63,7 @@ RATES = {"none": None, "10gbit": 10e9, "1gbit": 1e9, "100mbit": 100e6}
 def _build(root: str, num_nodes: int, avg_degree: float, feat_dim: int, parts: int,
            power_law: float) -> None:
     from pyg_dist import Partitioner
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     data = community_graph(num_nodes, avg_degree, feat_dim, seed=0, power_law=power_law)
     Partitioner(data, parts, root, method="metis", coarsen=True, overwrite=True,
@@ -88,7 +88,7 @@ def folder(args: argparse.Namespace, parts: int) -> Path:
 def _barrier() -> None:
     import torch.distributed as dist
 
-    from pyg_dist.rpc import runtime
+    from pyg_dist.rpc import _runtime as runtime
     dist.barrier(group=runtime.current().cpu_group)
 
 
@@ -116,7 +116,7 @@ def _probe(sampler: Any, rows: int, total_mb: float, rate: Optional[float]) -> D
     fetch_s = time.perf_counter() - start
     got = fetcher.stats.reset()
     own = torch.randint(lo, hi, (sum(p.numel() for p in picks[1:]),), generator=g) - lo
-    from pyg_dist.sampler.types import FeatureRequest
+    from pyg_dist.sampler._types import FeatureRequest
     request = FeatureRequest(nodes={node_type: own + lo}, node_attrs={node_type: fetcher.node_attrs[node_type]},
                              node_wire={node_type: dict(fetcher.wire.get(("nodes", node_type), {}))})
     start = time.perf_counter()
@@ -186,7 +186,7 @@ def _predict(graph: Any, fetched: List[torch.Tensor], budgets: Dict[str, int],
              row_bytes: int) -> Dict[str, Any]:
     """Hit rates on the last 3/4 of the batches of caches ranked by halo edge counts,
     by a pre-pass over the first 1/4, and by the batches themselves (the best)."""
-    from pyg_dist.sampler.cache import choose
+    from pyg_dist.sampler._cache.feature_cache import choose
 
     node_type = graph.meta.node_types[0]
     n = graph.meta.num_nodes[node_type]
@@ -216,7 +216,7 @@ def worker(args: argparse.Namespace) -> None:
     its figures to ``--result-dir``."""
     from pyg_dist import (DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore,
                           node_split, shutdown_rpc)
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
 
     ctx = DistContext.from_env(rpc_timeout=300)
     root = str(args.root)

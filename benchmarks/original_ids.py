@@ -36,7 +36,7 @@ for _name, _value in bench.ONE_THREAD.items():  # as the sampling benchmark's pr
 
 
 def _batches(sampler, cfg: bench.BenchConfig) -> Dict[str, List[float]]:
-    from pyg_dist.sampler.features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     plain = FeatureFetcher(sampler.group, sampler.local, sampler.meta, original_ids=False)
     ways = {"none": (False, plain), "edges": (True, plain), "nodes": (False, sampler.fetcher),
@@ -56,7 +56,7 @@ def _batches(sampler, cfg: bench.BenchConfig) -> Dict[str, List[float]]:
 
 
 def _hops(sampler) -> List[Dict[str, float]]:
-    from pyg_dist.sampler.kernels import sample_one_hop
+    from pyg_dist.sampler._sample_kernels import sample_one_hop
 
     edge_type = sampler.meta.edge_types[0]
     csc = sampler.local.graph.csc_by_type[edge_type]

@@ -2,7 +2,7 @@
 
 Default graph: 2,400,000 nodes, 62,000,000 undirected edges (both directions stored,
 124,000,000 directed), 100 float32 features, labels and split masks
-(:func:`pyg_dist.datasets.synthetic.community_graph`). Each ``--num-parts`` value
+(:func:`pyg_dist.datasets._synthetic.community_graph`). Each ``--num-parts`` value
 runs in a fresh subprocess that builds the graph, partitions it with
 :class:`pyg_dist.Partitioner` into a temporary folder (deleted afterwards) and
 reports:
@@ -175,7 +175,7 @@ def worker(args: argparse.Namespace) -> RunResult:
     Args:
         args: parsed command line; ``args.num_parts`` holds exactly one value.
     """
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     log = PeakLog()
     rss_before, start = _status_gb("VmRSS"), time.perf_counter()

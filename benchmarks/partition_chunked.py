@@ -126,15 +126,15 @@ def child(mode: str, input: Path, out: Path, num_parts: int, budget: str) -> Non
     start, anon = time.perf_counter(), AnonPeak()
     extra: Dict[str, Any] = {}
     if mode == "ooc":
-        from pyg_dist.partition.outofcore import OutOfCorePartitioner
+        from pyg_dist.partition._outofcore import OutOfCorePartitioner
 
         part = OutOfCorePartitioner(input, num_parts, out, budget, progress=False)
         meta = part.generate()
     elif mode == "dist":  # one rank of several (torchrun's environment, set by the parent)
         from datetime import timedelta
 
-        from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
-        from pyg_dist.rpc.process_group import init_process_group
+        from pyg_dist.partition._distributed import ArrayComm, DistPartitioner
+        from pyg_dist.rpc import init_process_group
 
         ctx = init_process_group("gloo", timeout=timedelta(hours=2))
         part = DistPartitioner(input, num_parts, out, budget,
@@ -273,7 +273,7 @@ def run_dist(input: Path, out: Path, args: argparse.Namespace, limit: Optional[i
 
 
 def main() -> None:
-    from pyg_dist.partition.outofcore.budget import parse_size
+    from pyg_dist.partition._outofcore.budget import parse_size
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--num-nodes", type=int, default=20_000_000)

@@ -1,7 +1,7 @@
 """Benchmark: which partitioner? pymetis, our coarsen path and KaMinPar, side by side.
 
 Graphs (each as the undirected, loop-free CSR the partitioners take, built once with
-:func:`pyg_dist.partition.kernels.symmetric_csr` and cached under ``--cache-dir``):
+:func:`pyg_dist.partition._graph_kernels.symmetric_csr` and cached under ``--cache-dir``):
 
 - ``cora``: the real Cora graph (2,708 nodes) from ``../shared/data/planetoid``;
 - ``community200k``: ``community_graph(200_000, 20)`` (~2M undirected edges);
@@ -61,12 +61,12 @@ SHARED_CORA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "
 # ---- graphs -----------------------------------------------------------------------------
 def _load_graph(name: str):
     if name == "cora":
-        from pyg_dist.datasets.loading import load_planetoid
+        from pyg_dist.datasets._loading import load_planetoid
 
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(SHARED_CORA / "Cora", Path(tmp) / "Cora")
             return load_planetoid(tmp, "Cora")
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     nodes, degree, power_law = GRAPHS[name]
     return community_graph(nodes, degree, feat_dim=1, num_classes=47, seed=0,
@@ -85,7 +85,7 @@ def prepare(name: str, cache: Path) -> Path:
 
 
 def _prepare_worker(name: str, cache: Path) -> None:
-    from pyg_dist.partition.kernels import EdgeBlock, symmetric_csr
+    from pyg_dist.partition._graph_kernels import EdgeBlock, symmetric_csr
 
     data = _load_graph(name)
     index = data.edge_index.numpy()
@@ -106,12 +106,12 @@ def _partition(method: str, xadj: np.ndarray, adjncy: np.ndarray, train: np.ndar
                parts: int, threads: int, seed: int, phases: Dict[str, float]) -> np.ndarray:
     n = xadj.shape[0] - 1
     if method == "metis":
-        from pyg_dist.partition.assign import _part_graph
+        from pyg_dist.partition._assign import _part_graph
 
         return _part_graph(parts, seed, xadj, adjncy, None, np.ones((n, 1), dtype=np.int64))
     if method == "coarsen":
-        from pyg_dist.partition.assign import CLUSTERS_PER_PART, _part_graph
-        from pyg_dist.partition.coarsen import cluster, contract, refine
+        from pyg_dist.partition._assign import CLUSTERS_PER_PART, _part_graph
+        from pyg_dist.partition._coarsen import cluster, contract, refine
 
         start = time.perf_counter()
         labels, k = cluster(xadj, adjncy, -(-n // (CLUSTERS_PER_PART * parts)), seed)
@@ -122,7 +122,7 @@ def _partition(method: str, xadj: np.ndarray, adjncy: np.ndarray, train: np.ndar
         refine(out, xadj, adjncy, np.zeros(n, dtype=np.int64), train, parts)
         phases["refine"] = time.perf_counter() - start
         return out
-    from pyg_dist.partition.kaminpar_assign import kaminpar_parts
+    from pyg_dist.partition._kaminpar_assign import kaminpar_parts
 
     context = "terapart" if method == "kaminpar-terapart" else "default"
     return kaminpar_parts(xadj, adjncy, parts, seed, context, threads, phases=phases)
@@ -131,7 +131,7 @@ def _partition(method: str, xadj: np.ndarray, adjncy: np.ndarray, train: np.ndar
 def _warm_numba(method: str) -> None:
     """Compiles (or loads from cache) the numba kernels outside the timed span."""
     if method == "coarsen":
-        from pyg_dist.partition.coarsen import cluster, contract, refine
+        from pyg_dist.partition._coarsen import cluster, contract, refine
 
         xadj, adj = np.array([0, 1, 2]), np.array([1, 0])
         labels, k = cluster(xadj, adj, 2, 0)
@@ -150,8 +150,8 @@ def worker(args: argparse.Namespace) -> dict:
     import kaminpar  # noqa: F401
     import pymetis  # noqa: F401
 
-    import pyg_dist.partition.assign  # noqa: F401
-    import pyg_dist.partition.kaminpar_assign  # noqa: F401
+    import pyg_dist.partition._assign  # noqa: F401
+    import pyg_dist.partition._kaminpar_assign  # noqa: F401
     _warm_numba(args.method)
     before = _status_gb("VmRSS")
     can_reset = _can_reset_peak()

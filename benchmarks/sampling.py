@@ -87,7 +87,7 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
             small shared machine should give one job.
     """
     from pyg_dist import Partitioner
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     root = cache / f"{kind}_n{num_nodes}_d{avg_degree:g}_f{feat_dim}_p{num_parts}_s{seed}"
     if (root / "META.json").exists():
@@ -128,7 +128,7 @@ def open_sampler(root: str, cfg: BenchConfig):
 
     torch.set_num_threads(1)
     ctx = DistContext.from_env(rpc_timeout=cfg.timeout)
-    from pyg_dist.format import io
+    from pyg_dist.format import _partition_io as io
     pid = ctx.partition_id(io.read_meta(Path(root)).num_parts)
     data = (LocalFeatureStore.from_partition(root, pid), LocalGraphStore.from_partition(root, pid))
     sampler = DistNeighborSampler(data, num_neighbors=cfg.fanout, current_ctx=ctx,
@@ -170,7 +170,7 @@ def _fetchers(sampler, features: bool) -> Dict[str, Tuple[bool, object]]:
     """The variants timed on the same seeds, as ``(original ids, fetcher)``: hops and
     features with original ids (what loaders do: owners send edges' ids with the hop,
     nodes' with their rows), and, to price the ids, the same without them."""
-    from pyg_dist.sampler.features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     if not features:
         return {"": (True, None)}
@@ -243,7 +243,7 @@ def _profile_text(prof: cProfile.Profile, top: int = 25) -> str:
 def fetch_bandwidth(sampler, cfg: BenchConfig) -> Dict[str, float]:
     """Remote fetch of ``cfg.fetch_ids`` random ids of the other partition vs a local
     ``index_select`` of as many random rows (same bytes, same process)."""
-    from pyg_dist.sampler.features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     node_type = sampler.meta.node_types[0]
     book = sampler.graph.node_book(node_type)

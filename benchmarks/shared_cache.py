@@ -53,8 +53,8 @@ def _job(root: str, fraction: float, workers: int, batches: int, group: Optional
 
     from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                           shutdown_rpc)
-    from pyg_dist.format import io
-    from pyg_dist.rpc import runtime
+    from pyg_dist.format import _partition_io as io
+    from pyg_dist.rpc import _runtime as runtime
     from pyg_dist.memory import process_memory
 
     ctx = dataclasses.replace(DistContext.from_env(rpc_timeout=300), direct_reads=False)

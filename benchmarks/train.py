@@ -43,8 +43,8 @@ INSTRUMENT = REPO / "tests" / "support" / "instrument.py"
 def partitions(args: argparse.Namespace, num_parts: int) -> Path:
     """The graph partitioned into ``num_parts`` parts (built once, then reused)."""
     from pyg_dist import Partitioner
-    from pyg_dist.datasets.synthetic import community_graph
-    from pyg_dist.format import io
+    from pyg_dist.datasets import community_graph
+    from pyg_dist.format import _partition_io as io
 
     root = args.cache_dir / (f"sage_n{args.num_nodes}_d{args.avg_degree:g}_f{args.feat_dim}"
                              f"_s{args.seed}_p{num_parts}")

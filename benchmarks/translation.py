@@ -4,7 +4,7 @@ Run by ``benchmarks/sampling.py --setting dist`` (``--ids-nodes``, 0 to skip): o
 community graph of that many nodes in 2 partitions, 2 processes each take their
 ``train`` seeds as original ids (:func:`pyg_dist.node_split`) and build a
 :class:`~pyg_dist.DistNeighborLoader` from them (the collective translation of
-:mod:`pyg_dist.loader.ids`). Reported per process: seconds of both steps, the PSS
+:mod:`pyg_dist.loader._id_collective`). Reported per process: seconds of both steps, the PSS
 and RSS of the one translation table a process maps (its partition's
 ``node_ids.pt``, shared by every process of the machine through the page cache) and
 the private memory the construction added; then bytes per node and the table's size
@@ -47,8 +47,8 @@ def translation_job(root: str, fanout: List[int], batch_size: int, timeout: floa
 
     from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                           node_split)
-    from pyg_dist.format import io
-    from pyg_dist.loader.ids import cpu_group
+    from pyg_dist.format import _partition_io as io
+    from pyg_dist.loader._id_collective import cpu_group
     from pyg_dist.rpc import shutdown_rpc
 
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ from pyg_dist.loader import (DistGraph, DistLinkNeighborLoader, DistNeighborLoad
                              node_split)
 from pyg_dist.format import PartitionFormatError, PartitionMeta, RangeBook, read_meta
 from pyg_dist.partition import Partitioner
-from pyg_dist.progress import track
+from pyg_dist._progress import track
 from pyg_dist.rpc import (DisagreementError, DistContext, PeerFailedError, RpcPeerError,
                           init_process_group, shutdown_rpc)
 from pyg_dist.sampler import DistNeighborSampler, init_rpc

@@ -35,7 +35,7 @@ from pyg_dist import checkpoint
 from pyg_dist.checkpoint import CheckpointInfo
 from pyg_dist.format import read_meta
 from pyg_dist.rpc import DistContext, init_process_group, shutdown_rpc
-from pyg_dist.rpc.process_group import ensure_process_group
+from pyg_dist.rpc._process_group import ensure_process_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 
 __all__ = ["parser", "fanout", "setup", "load_partition", "log", "reduce", "resume", "Epochs", "result_line",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+__all__ = ["process_memory", "release_free_memory", "available_memory"]
+
 
 def process_memory(pid: str = "self") -> Dict[str, Optional[float]]:
     """``{"rss_mb": ..., "pss_mb": ..., "anon_mb": ...}`` of process ``pid`` from

@@ -14,7 +14,7 @@ echo "== [1/2] partitioning a 100,000-node synthetic graph into 2 parts -> $OUT/
 python scripts/partition_graph.py --dataset synthetic --num-nodes 100000 --avg-degree 10 \
   --feat-dim 32 --num-classes 5 --num-parts 2 --out "$OUT/parts" --overwrite
 
-PORT="$(python -c 'from pyg_dist.testing.launch import free_port; print(free_port())')"
+PORT="$(python -c 'from pyg_dist.testing import free_port; print(free_port())')"
 echo "== [2/2] training GraphSAGE with 2 processes (torchrun, 127.0.0.1:$PORT, $EPOCHS epochs)"
 torchrun --nnodes=1 --nproc-per-node=2 --master-addr=127.0.0.1 --master-port="$PORT" \
   examples/node_classification.py --partition-dir "$OUT/parts" --epochs "$EPOCHS" \

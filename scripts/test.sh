@@ -39,7 +39,7 @@ mapfile -t MP_FILES < <(grep -rlw --include='test_*.py' multiprocess tests | sor
 
 SERIAL_LOG="$(mktemp "${TMPDIR:-/tmp}/pyg_dist-serial.XXXXXX")"
 # the kernels are compiled while the one-process pass collects its tests
-(python -c "import pyg_dist.loader.preload" \
+(python -c "import pyg_dist.loader._preload" \
   && exec python -m pytest -q --durations=10 -m "multiprocess and serial" "${MP_FILES[@]}") \
   >"$SERIAL_LOG" 2>&1 &
 SERIAL_PID=$!

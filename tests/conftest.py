@@ -34,14 +34,14 @@ def planetoid_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cora(planetoid_root: Path):
-    from pyg_dist.datasets.loading import load_planetoid
+    from pyg_dist.datasets._loading import load_planetoid
 
     return load_planetoid(planetoid_root, "Cora")
 
 
 @pytest.fixture(scope="session")
 def hetero_graph():
-    from pyg_dist.datasets.synthetic import hetero_community_graph
+    from pyg_dist.datasets import hetero_community_graph
 
     return hetero_community_graph(3000, avg_degree=6, feat_dim=8, seed=1)
 

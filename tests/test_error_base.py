@@ -50,7 +50,7 @@ def test_public_errors_keep_their_builtin_bases(name, builtin):
 
 def test_errors_of_other_packages_keep_their_builtin_bases():
     from pyg_dist.checkpoint import CheckpointError
-    from pyg_dist.datasets.errors import MissingDependencyError, MissingRawFilesError
+    from pyg_dist.datasets._errors import MissingDependencyError, MissingRawFilesError
 
     assert issubclass(CheckpointError, ValueError)
     assert issubclass(MissingDependencyError, ImportError)

@@ -51,7 +51,7 @@ def machinery_in(name: str, source: str) -> Iterator[str]:
 
 def test_the_walk_finds_the_library():
     names = [name for name, _ in library_modules()]
-    assert len(names) > 100 and "pyg_dist.loader.node_loader" in names, len(names)
+    assert len(names) > 100 and "pyg_dist.loader._node_loader" in names, len(names)
     assert all(path.is_relative_to(REPO / "pyg_dist") or "site-packages" in str(path)
                for _, path in library_modules())
 
@@ -77,7 +77,7 @@ def test_the_check_sees_test_machinery():
 def test_public_testing_is_small_and_documented():
     testing = importlib.import_module("pyg_dist.testing")
     modules = {name for name, _ in library_modules() if name.startswith("pyg_dist.testing.")}
-    assert modules == {"pyg_dist.testing.launch", "pyg_dist.testing.graphs"}, modules
+    assert modules == {"pyg_dist.testing._launch", "pyg_dist.testing._graphs"}, modules
     for name in testing.__all__:
         assert getattr(testing, name).__doc__, f"pyg_dist.testing.{name} has no docstring"
 

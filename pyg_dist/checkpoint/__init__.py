@@ -27,11 +27,11 @@ Everything goes through ``state``: the keywords of 0.1.0 (``model=``, ``optimize
 ``embeddings=``, ``sparse_optimizers=``, ``loaders=``, ``extra=``) are removed, and
 passing one raises a ``TypeError`` that names its ``state=`` form.
 
-A save is atomic (:mod:`pyg_dist.format.files`: a new version folder, then ``LATEST``):
+A save is atomic (:mod:`pyg_dist.format._files`: a new version folder, then ``LATEST``):
 ``LATEST`` only ever names a complete version, which stays on disk until a newer complete
 one is published, so a crash at any moment of a save leaves a loadable checkpoint (the
-phases and what a failure in each leaves: :mod:`pyg_dist.checkpoint.versions`); the
-newest ``keep`` versions are kept (the layout is in :mod:`pyg_dist.checkpoint.files`).
+phases and what a failure in each leaves: :mod:`pyg_dist.checkpoint._versions`); the
+newest ``keep`` versions are kept (the layout is in :mod:`pyg_dist.checkpoint._files`).
 ``load(..., version=NAME)`` loads another complete version than ``LATEST``'s, and the
 ``pyg-dist-checkpoint`` command lists, verifies and repoints versions. On another world size,
 loader positions within an epoch do not map (each rank's seeds differ): loaders start at
@@ -43,9 +43,8 @@ other ``.pt`` file through ``torch.load(weights_only=True)``, the rest is JSON c
 by field), every file read is checked against the digest recorded at save time, and a
 damaged checkpoint raises :class:`CheckpointError` naming the file.
 """
-from pyg_dist.checkpoint import files, versions
-from pyg_dist.checkpoint.errors import CheckpointError
-from pyg_dist.checkpoint.reading import CheckpointInfo, load
-from pyg_dist.checkpoint.writing import save
+from pyg_dist.checkpoint._errors import CheckpointError
+from pyg_dist.checkpoint._reading import CheckpointInfo, load
+from pyg_dist.checkpoint._writing import save
 
-__all__ = ["save", "load", "CheckpointInfo", "CheckpointError", "files", "versions"]
+__all__ = ["save", "load", "CheckpointInfo", "CheckpointError"]

@@ -7,15 +7,15 @@ edge chunks in text, ``.npy`` or parquet, and node/edge data chunks).
 - :func:`read_chunked` assembles a whole folder in memory (small graphs, tests).
 
 A folder is untrusted: its chunk paths stay inside it unless ``allow_external_paths``
-(:mod:`pyg_dist.chunked.paths`), only regular files are read, and its counts are checked
+(:mod:`pyg_dist.chunked._paths`), only regular files are read, and its counts are checked
 against the files' sizes and the memory they imply before anything is allocated
-(:mod:`pyg_dist.chunked.limits`).
+(:mod:`pyg_dist.chunked._limits`).
 """
-from pyg_dist.chunked.assemble import read_chunked
-from pyg_dist.chunked.errors import ChunkedFormatError, ChunkedTooLargeError
-from pyg_dist.chunked.metadata import METADATA_FILE, ChunkedMeta
-from pyg_dist.chunked.reader import ChunkedGraph
-from pyg_dist.chunked.writer import write_chunked
+from pyg_dist.chunked._assemble import read_chunked
+from pyg_dist.chunked._errors import ChunkedFormatError, ChunkedTooLargeError
+from pyg_dist.chunked._metadata import METADATA_FILE, ChunkedMeta
+from pyg_dist.chunked._reader import ChunkedGraph
+from pyg_dist.chunked._writer import write_chunked
 
 __all__ = ["ChunkedGraph", "ChunkedMeta", "ChunkedFormatError", "ChunkedTooLargeError",
            "METADATA_FILE", "read_chunked", "write_chunked"]

@@ -21,9 +21,11 @@ import argparse
 from pathlib import Path
 from typing import List, Optional
 
-from pyg_dist.checkpoint import CheckpointError, versions
-from pyg_dist.cli.common import Parser, UsageError, run_main
-from pyg_dist.format import files as fs
+from pyg_dist.checkpoint import CheckpointError, _versions as versions
+from pyg_dist.cli._common import Parser, UsageError, run_main
+from pyg_dist.format import _files as fs
+
+__all__ = ["main"]
 
 PROG = "pyg-dist-checkpoint"
 
@@ -111,6 +113,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-checkpoint`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

@@ -12,13 +12,15 @@ import sys
 import time
 from typing import List, Optional
 
-from pyg_dist.chunked.metadata import DATA_FORMATS, FORMATS
-from pyg_dist.chunked.writer import DEFAULT_CHUNK_SIZE, write_chunked
-from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
+from pyg_dist.chunked._metadata import DATA_FORMATS, FORMATS
+from pyg_dist.chunked._writer import DEFAULT_CHUNK_SIZE, write_chunked
+from pyg_dist.cli._common import Parser, UsageError, add_synthetic_args, run_main
 from pyg_dist.cli.partition import MAX_SEED, load_dataset
-from pyg_dist.datasets.by_name import CHOICES
-from pyg_dist.datasets.errors import MissingDependencyError
-from pyg_dist.progress import step
+from pyg_dist.datasets._by_name import CHOICES
+from pyg_dist.datasets._errors import MissingDependencyError
+from pyg_dist._progress import step
+
+__all__ = ["main"]
 
 PROG = "pyg-dist-chunk"
 INT_RANGES = {"chunk_size": (1, None), "seed": (0, MAX_SEED), "num_nodes": (2, None),
@@ -83,6 +85,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-chunk`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

@@ -11,12 +11,14 @@ import sys
 import time
 from typing import List, Optional
 
-from pyg_dist.cli.common import Parser, UsageError, run_main
+from pyg_dist.cli._common import Parser, UsageError, run_main
 from pyg_dist.cli.partition import summary_table
-from pyg_dist.convert.pickles import PygFormatError
-from pyg_dist.convert.pyg import convert_pyg_partitions
-from pyg_dist.datasets.errors import DatasetError
-from pyg_dist.format.meta import PartitionFormatError
+from pyg_dist.convert._pickles import PygFormatError
+from pyg_dist.convert._pyg import convert_pyg_partitions
+from pyg_dist.datasets._errors import DatasetError
+from pyg_dist.format._meta import PartitionFormatError
+
+__all__ = ["main"]
 
 PROG = "pyg-dist-convert"
 
@@ -82,6 +84,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-convert`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

@@ -10,7 +10,7 @@ many as trained the model)::
 Builds the ``BasicGNN`` the flags describe, loads its weights from the
 :mod:`pyg_dist.checkpoint` folder, runs exact layer-wise inference (or sampled
 inference with ``--num-neighbors``) over every node and exports the result
-(:func:`pyg_dist.inference.export`: ``DIR/manifest.json`` and one ``.npy`` pair per
+(:func:`pyg_dist.inference._export`: ``DIR/manifest.json`` and one ``.npy`` pair per
 partition, ``--format parquet`` adds a parquet file beside each). Prints one JSON line.
 Exit code 2 with a one-line message on bad input.
 """
@@ -29,12 +29,14 @@ from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
 from pyg_dist import checkpoint
 from pyg_dist.checkpoint import CheckpointError
-from pyg_dist.cli.common import Parser, UsageError, run_main
-from pyg_dist.format import io
-from pyg_dist.format.meta import PartitionFormatError
-from pyg_dist.inference import export, infer
+from pyg_dist.cli._common import Parser, UsageError, run_main
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._meta import PartitionFormatError
+from pyg_dist.inference import _export as export, infer
 from pyg_dist.rpc import DistContext, shutdown_rpc
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+
+__all__ = ["main"]
 
 PROG = "pyg-dist-export"
 MODELS = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}
@@ -163,6 +165,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-export`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

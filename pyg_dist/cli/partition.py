@@ -16,19 +16,21 @@ from typing import List, Optional, Tuple, Union
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist.chunked import ChunkedGraph, read_chunked
-from pyg_dist.cli.common import Parser, UsageError, add_synthetic_args, run_main
-from pyg_dist.datasets.by_name import CHOICES, load_named
-from pyg_dist.datasets.errors import MissingDependencyError
-from pyg_dist.datasets.loading import load_graph_file
-from pyg_dist.datasets.pyg_extras import (ExtrasLayout, choose_labelled_type, extras_layout,
+from pyg_dist.cli._common import Parser, UsageError, add_synthetic_args, run_main
+from pyg_dist.datasets._by_name import CHOICES, load_named
+from pyg_dist.datasets._errors import MissingDependencyError
+from pyg_dist.datasets._loading import load_graph_file
+from pyg_dist.datasets._pyg_extras import (ExtrasLayout, choose_labelled_type, extras_layout,
                                           labelled_node_type, write_pyg_extras)
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.partition.api import (DEFAULT_RANK_BUDGET, PartitionResult, check_request,
+from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
+from pyg_dist.format._meta import PartitionMeta
+from pyg_dist.partition._api import (DEFAULT_RANK_BUDGET, PartitionResult, check_request,
                                     env_world_size, partition)
-from pyg_dist.partition.options import PartitionOptions
-from pyg_dist.partition.outofcore.budget import format_size, parse_size, peak_rss_bytes
-from pyg_dist.progress import step
+from pyg_dist.partition._options import PartitionOptions
+from pyg_dist.partition._outofcore.budget import format_size, parse_size, peak_rss_bytes
+from pyg_dist._progress import step
+
+__all__ = ["main"]
 
 MAX_SEED = 2**31 - 1  # METIS takes a C int
 
@@ -150,7 +152,7 @@ def prepare_extras(args: argparse.Namespace) -> Optional[ExtrasLayout]:
 def check_kaminpar() -> None:
     """Raises :class:`UsageError` (one line) when ``--method kaminpar`` cannot be used,
     before any dataset is loaded."""
-    from pyg_dist.partition.kaminpar_assign import kaminpar_module
+    from pyg_dist.partition._kaminpar_assign import kaminpar_module
 
     try:
         kaminpar_module()
@@ -273,7 +275,7 @@ def run_ranks(argv: Optional[List[str]] = None) -> int:
     """:func:`run` on one rank of several: failures are reported to the other ranks'
     health watchdogs; exit 2 for bad input (the same message on every rank), 1 when
     another rank failed or died (naming it)."""
-    from pyg_dist.rpc import DisagreementError, PeerFailedError, health
+    from pyg_dist.rpc import DisagreementError, PeerFailedError, _health as health
 
     try:
         code = run(argv)
@@ -296,6 +298,8 @@ def run_ranks(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-partition`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run_ranks if env_world_size() > 1 else run, "pyg-dist-partition", argv)
 
 

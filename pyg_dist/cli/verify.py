@@ -2,7 +2,7 @@
 
 Each file's size and digest are compared with what its partition's ``MANIFEST.json``
 recorded at write time, and its content with ``META.json``
-(:func:`pyg_dist.format.integrity.verify_folder`). Output: one line per problem,
+(:func:`pyg_dist.format._integrity.verify_folder`). Output: one line per problem,
 naming the file, then a summary line.
 
 Exit codes: ``0`` every file is as written (or, for folders written before digests,
@@ -16,9 +16,11 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pyg_dist.cli.common import Parser, UsageError, run_main
-from pyg_dist.format.integrity import verify_folder
-from pyg_dist.format.meta import PartitionFormatError
+from pyg_dist.cli._common import Parser, UsageError, run_main
+from pyg_dist.format._integrity import verify_folder
+from pyg_dist.format._meta import PartitionFormatError
+
+__all__ = ["main"]
 
 PROG = "pyg-dist-verify"
 
@@ -56,6 +58,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs ``pyg-dist-verify`` on ``argv`` (default: ``sys.argv[1:]``); returns the exit code
+    (2 with one line naming the problem on bad input)."""
     return run_main(run, PROG, argv)
 
 

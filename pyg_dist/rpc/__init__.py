@@ -1,11 +1,11 @@
 """RPC runtime: context, rendezvous through torchrun's store, callees by name, asyncio
 bridge, cross-rank agreement and health (heartbeats naming a stalled or failed rank)."""
-from pyg_dist.rpc.agreement import DisagreementError, PeerFailedError, agree
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.event_loop import EventLoopThread, gather_all, wrap_future
-from pyg_dist.rpc.registry import RpcRemoteError, callee
-from pyg_dist.rpc.process_group import init_process_group
-from pyg_dist.rpc.runtime import (RpcGroup, RpcPeerError, current, is_initialized, join_rpc,
+from pyg_dist.rpc._agreement import DisagreementError, PeerFailedError, agree
+from pyg_dist.rpc._context import DistContext
+from pyg_dist.rpc._event_loop import EventLoopThread, gather_all, wrap_future
+from pyg_dist.rpc._registry import RpcRemoteError, callee
+from pyg_dist.rpc._process_group import init_process_group
+from pyg_dist.rpc._runtime import (RpcGroup, RpcPeerError, current, is_initialized, join_rpc,
                                   served, shutdown_rpc)
 
 __all__ = ["DistContext", "EventLoopThread", "gather_all", "wrap_future", "callee", "RpcGroup",

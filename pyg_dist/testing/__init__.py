@@ -22,8 +22,8 @@
 pyg_dist's own test machinery (fault injection, emulated machines, the spawn checks)
 lives with its tests, not in the installed package.
 """
-from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
-from pyg_dist.testing.launch import RanksFailed, free_port, run_ranks, torchrun_env
+from pyg_dist.testing._graphs import encode_ids, khop_in_neighbourhood, typed
+from pyg_dist.testing._launch import RanksFailed, free_port, run_ranks, torchrun_env
 
 __all__ = ["run_ranks", "free_port", "torchrun_env", "RanksFailed", "encode_ids",
            "khop_in_neighbourhood", "typed"]

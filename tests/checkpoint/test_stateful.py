@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pyg_dist import checkpoint
-from pyg_dist.checkpoint import CheckpointError, files
+from pyg_dist.checkpoint import CheckpointError, _files as files
 
 
 class Counter:

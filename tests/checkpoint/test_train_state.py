@@ -15,8 +15,8 @@ import torch
 from pyg_dist import (DistContext, DistEmbedding, DistNeighborLoader, LocalFeatureStore,
                       LocalGraphStore, Partitioner, SparseAdam, node_split, shutdown_rpc)
 from pyg_dist import checkpoint
-from pyg_dist.checkpoint import CheckpointError, files
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.checkpoint import CheckpointError, _files as files
+from pyg_dist.testing import encode_ids
 
 
 class Crash(BaseException):

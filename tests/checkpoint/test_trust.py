@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from pyg_dist import DistEmbedding, SparseAdam, checkpoint
-from pyg_dist.checkpoint import CheckpointError, files
+from pyg_dist.checkpoint import CheckpointError, _files as files
 
 
 class Payload:

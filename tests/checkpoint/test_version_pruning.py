@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from pyg_dist import checkpoint
-from pyg_dist.checkpoint import CheckpointError, versions
+from pyg_dist.checkpoint import CheckpointError, _versions as versions
 from pyg_dist.cli import checkpoint as cli
-from pyg_dist.format import files as fs
+from pyg_dist.format import _files as fs
 
 
 def _model(seed: int) -> torch.nn.Module:

@@ -9,7 +9,7 @@ from torch_geometric.data import Data, HeteroData
 @pytest.fixture
 def homo_graph() -> Data:
     """60 nodes, edge attributes and edge times, node ids encoded in ``x``."""
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     data = community_graph(60, 4.0, 3, 3, seed=0)
     num_edges = data.edge_index.size(1)
@@ -23,6 +23,6 @@ def homo_graph() -> Data:
 @pytest.fixture
 def small_hetero() -> HeteroData:
     """Three node types, edge attributes and times (``hetero_community_graph``)."""
-    from pyg_dist.datasets.synthetic import hetero_community_graph
+    from pyg_dist.datasets import hetero_community_graph
 
     return hetero_community_graph(120, avg_degree=3, feat_dim=4, seed=1)

@@ -12,8 +12,8 @@ from chunked_helpers import EDGE_FORMATS, assert_same_graph
 from pyg_dist.chunked import read_chunked
 from pyg_dist.cli.chunk import main as chunk_main
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 
 SYNTHETIC = ["--dataset", "synthetic", "--num-nodes", "300", "--avg-degree", "6",
              "--feat-dim", "4", "--num-classes", "3", "--seed", "3"]

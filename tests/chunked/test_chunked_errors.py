@@ -13,7 +13,7 @@ import torch
 
 from pyg_dist.chunked import ChunkedFormatError, read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.datasets.errors import MissingDependencyError
+from pyg_dist.datasets._errors import MissingDependencyError
 
 META = "metadata.json"
 
@@ -116,7 +116,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def good_folders(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     data = community_graph(60, 4.0, 3, 3, seed=0)  # 240 edges
     data.edge_time = torch.arange(data.edge_index.size(1))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pyg_dist.chunked import read_chunked, write_chunked
-from pyg_dist.chunked.arrays import open_npy
+from pyg_dist.chunked._arrays import open_npy
 from chunked_helpers import EDGE_FORMATS, assert_same_graph, needs_pyarrow
 
 
@@ -84,7 +84,7 @@ def test_read_rows_out_of_range(tmp_path: Path, homo_graph) -> None:
 
 
 def test_real_cora_round_trip(tmp_path: Path, planetoid_root: Path) -> None:
-    from pyg_dist.datasets.loading import load_planetoid
+    from pyg_dist.datasets._loading import load_planetoid
 
     root = tmp_path / "planetoid"
     shutil.copytree(planetoid_root / "Cora", root / "Cora")
@@ -147,7 +147,7 @@ def test_type_names_with_colons_are_refused(tmp_path: Path) -> None:
 def test_csv_formatting_matches_numpy_savetxt() -> None:
     import io as _io
 
-    from pyg_dist.chunked.arrays import format_ids
+    from pyg_dist.chunked._arrays import format_ids
 
     rng = np.random.default_rng(0)
     cases = [np.array([[0, 0], [9, 10], [99, 100], [10**18 - 1, 10**18], [2**63 - 1, 0]]),

@@ -10,7 +10,7 @@ from typing import List, Tuple
 import pytest
 
 from pyg_dist.chunked import write_chunked
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets import community_graph
 from tests.support.scripts import run_script
 
 REPO = Path(__file__).resolve().parents[2]

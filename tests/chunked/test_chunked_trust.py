@@ -31,7 +31,7 @@ EDGES = "_N:_E:_N"
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A valid folder: 60 nodes, three .npy edge chunks, .npy features."""
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     folder = tmp_path_factory.mktemp("good") / "graph"
     write_chunked(community_graph(60, 4.0, 3, 3, seed=0), folder, chunk_size=80)
@@ -161,7 +161,7 @@ def test_huge_node_count_is_refused_by_the_multi_machine_partitioner(place: Path
                                                                      tmp_path: Path) -> None:
     """The same check on one rank of :class:`DistPartitioner` (same ``open_source``)."""
     from pyg_dist.chunked import ChunkedTooLargeError
-    from pyg_dist.partition.distributed import DistPartitioner
+    from pyg_dist.partition._distributed import DistPartitioner
 
     _edit(place, lambda m: (m.update(num_nodes_per_chunk=[[10**15]]), m.pop("node_data")))
     with pytest.raises(ChunkedTooLargeError, match="more than the"):
@@ -174,7 +174,7 @@ def test_huge_node_count_is_refused_by_the_multi_machine_partitioner(place: Path
 @pytest.mark.timeout(60)
 def test_forged_text_edge_count_is_refused(tmp_path: Path, capsys) -> None:
     """10^12 edges in text chunks of a few hundred bytes: refused by the chunks' sizes."""
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     folder = tmp_path / "csv"
     write_chunked(community_graph(60, 4.0, 3, 3, seed=0), folder, chunk_size=80,

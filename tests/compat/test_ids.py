@@ -7,12 +7,12 @@ import torch
 
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       LocalFeatureStore, LocalGraphStore, Partitioner, node_split, shutdown_rpc)
-from pyg_dist.loader.ids import label_rows, to_original, to_relabelled
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
-from pyg_dist.store.ids import PartIds
-from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.typing import HOMO_NODE
+from pyg_dist.loader._id_collective import label_rows, to_original, to_relabelled
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
+from pyg_dist.store._original_ids import PartIds
+from pyg_dist.testing import encode_ids
+from pyg_dist._typing import HOMO_NODE
 
 
 @pytest.fixture(scope="module")

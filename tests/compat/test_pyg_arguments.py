@@ -14,12 +14,12 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_dist import (DistContext, DistNeighborLoader, DistNeighborSampler, LocalFeatureStore,
                       LocalGraphStore, Partitioner, shutdown_rpc)
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.loader.compat import rendezvous_context
-from pyg_dist.rpc import runtime
-from pyg_dist.sampler import compat
+from pyg_dist.datasets import community_graph
+from pyg_dist.loader._compat import rendezvous_context
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.sampler import _compat as compat
 from pyg_dist.testing import free_port, run_ranks
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from torch_geometric.nn import SAGEConv, to_hetero
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc)
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from tests.support.pyg_prep import write_pyg_link_files, write_pyg_node_files
 
 RATES = ("user", "rates", "movie")

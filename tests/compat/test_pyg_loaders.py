@@ -20,7 +20,7 @@ from torch_geometric.data import HeteroData
 from torch_geometric.loader import HGTLoader, LinkNeighborLoader, NeighborLoader
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
+from pyg_dist.datasets._synthetic import community_graph, hetero_community_graph
 from tests.support.pyg_lib_reference import reference_ops
 
 NODE_ATTRS = ("x", "y", "nid")

@@ -6,8 +6,8 @@ import torch
 
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       Partitioner, shutdown_rpc)
-from pyg_dist.format import io
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.format import _partition_io as io
+from pyg_dist.testing import encode_ids
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format import io
-from pyg_dist.format.integrity import verify_folder
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.datasets import community_graph
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._integrity import verify_folder
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, edge_key
+from pyg_dist.format import read_id_map
 
 SPLITS = ("train", "val", "test")
 

@@ -9,9 +9,9 @@ import torch
 
 from pyg_dist.cli.convert import main
 from pyg_dist.convert import convert_pyg_partitions
-from pyg_dist.format import io
-from pyg_dist.typing import HOMO_NODE
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.format import _partition_io as io
+from pyg_dist._typing import HOMO_NODE
+from pyg_dist.format import read_id_map
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple:

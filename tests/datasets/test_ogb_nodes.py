@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch_geometric.data import HeteroData
 
-from pyg_dist.datasets import ogb_nodes
-from pyg_dist.datasets.by_name import load_named
-from pyg_dist.datasets.errors import DatasetError, MissingDependencyError, MissingRawFilesError
+from pyg_dist.datasets import _ogb_nodes as ogb_nodes
+from pyg_dist.datasets import load_named
+from pyg_dist.datasets._errors import DatasetError, MissingDependencyError, MissingRawFilesError
 
 pytest.importorskip("ogb", reason="the OGB readers need `pip install ogb`")
 

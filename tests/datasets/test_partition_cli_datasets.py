@@ -10,8 +10,8 @@ import torch_geometric.datasets as pyg_datasets
 
 from pyg_dist import LocalFeatureStore
 from pyg_dist.cli.partition import main
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 
 
 def _cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple:

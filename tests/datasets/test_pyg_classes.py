@@ -9,9 +9,9 @@ import torch
 import torch_geometric.datasets as pyg_datasets
 from torch_geometric.data import Data, InMemoryDataset
 
-from pyg_dist.datasets import pyg_classes
-from pyg_dist.datasets.by_name import load_named
-from pyg_dist.datasets.errors import DatasetError, MissingRawFilesError
+from pyg_dist.datasets import _pyg_classes as pyg_classes
+from pyg_dist.datasets import load_named
+from pyg_dist.datasets import DatasetError, MissingRawFilesError
 
 SAINT = ["Flickr", "Yelp", "AmazonProducts"]
 RAW_FILES = {"Reddit": ["reddit_data.npz", "reddit_graph.npz"],

@@ -3,7 +3,7 @@ self-loops, both directions of every pair, and is a pure function of its argumen
 import pytest
 import torch
 
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets import community_graph
 
 
 def test_power_law_degrees_have_a_heavy_tail():

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pyg_dist import (DistContext, DistEmbedding, DistNeighborLoader, LocalFeatureStore,
                       LocalGraphStore, SparseAdam, checkpoint, init_process_group, node_split,
                       shutdown_rpc)
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 
 ROWS = 64  # embedding rows: seeds' original ids modulo ROWS
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 import pyg_dist.checkpoint as checkpoint
-from pyg_dist.checkpoint import reading, versions, writing
-from pyg_dist.format import files as fs
+from pyg_dist.checkpoint import _reading as reading, _versions as versions, _writing as writing
+from pyg_dist.format import _files as fs
 
 #: phase -> (module, function whose return ends it, run by rank 0 only)
 SAVE_PHASES: Dict[str, Tuple[Any, str, bool]] = {

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       init_process_group, node_split, shutdown_rpc)
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import torch
 
 from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore
 from pyg_dist import shutdown_rpc
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 
 root = sys.argv[1]
 ctx = DistContext.from_env(rpc_timeout=120)

@@ -31,8 +31,8 @@ def _rank0(pids: List[int], group) -> Dict[str, str]:
     import torch
     import torch.distributed as dist
 
-    from pyg_dist.rpc import health
-    from pyg_dist.rpc.agreement import PeerFailedError, exchange
+    from pyg_dist.rpc import _health as health
+    from pyg_dist.rpc._agreement import PeerFailedError, exchange
 
     out, stopped = {}, []
     try:
@@ -61,7 +61,7 @@ def _stall_job() -> Dict[str, str]:
     import torch.distributed as dist
 
     import pyg_dist
-    from pyg_dist.rpc.agreement import PeerFailedError, exchange
+    from pyg_dist.rpc._agreement import PeerFailedError, exchange
 
     ctx = pyg_dist.init_process_group("gloo")
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT))

@@ -15,7 +15,7 @@ import torch
 
 from pyg_dist import (DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore,
                       Partitioner, shutdown_rpc)
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.testing import run_ranks
 
 pytestmark = pytest.mark.multiprocess  # every test here spawns processes

@@ -25,7 +25,7 @@ import pytest
 
 from pyg_dist import Partitioner
 from tests.support.scripts import ScriptRun, run_script
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from checkpoint_kill import LOAD_PHASES, SAVE_PHASES
 
 HERE = Path(__file__).resolve().parent

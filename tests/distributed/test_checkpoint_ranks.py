@@ -15,8 +15,9 @@ import torch.distributed as dist
 from pyg_dist import (DistEmbedding, DistNeighborLoader, Partitioner, SparseAdam, node_split,
                       shutdown_rpc)
 from pyg_dist import checkpoint
+from pyg_dist.checkpoint._files import version_files
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from test_loader import _open
 
 
@@ -133,7 +134,7 @@ def test_save_on_two_ranks_load_on_two_and_on_one(cora_one_part, tmp_path):
     assert one["weight"] == saved[0]["weight"] and one["rows"] == saved[0]["rows"]
 
     version = Path(two[0]["path"])  # rank r verifies the files r, r + 2, ... (sorted)
-    flipped = version / sorted(checkpoint.files.version_files(version))[1]
+    flipped = version / sorted(version_files(version))[1]
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2] ^= 0x01
     flipped.write_bytes(bytes(data))

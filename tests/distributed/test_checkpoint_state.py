@@ -17,7 +17,7 @@ from pyg_dist import (DistEmbedding, DistNeighborLoader, Partitioner, SparseAdam
                       shutdown_rpc)
 from pyg_dist import checkpoint
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from test_loader import _open
 
 N, D = 60, 4

@@ -24,8 +24,8 @@ import torch
 
 from pyg_dist import Partitioner
 from pyg_dist.testing import free_port
-from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.testing import encode_ids, khop_in_neighbourhood
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 from test_training import Job, assert_no_leftovers, processes_with, start
 
 # every test here spawns processes; real torchrun jobs of 5+ fresh interpreters, with

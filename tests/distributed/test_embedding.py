@@ -21,7 +21,7 @@ import torch
 
 from pyg_dist.embedding import (DistEmbedding, DistTensor, SparseAdagrad, SparseAdam,
                                 load_checkpoint, save_checkpoint)
-from pyg_dist.format.book import RangeBook
+from pyg_dist.format import RangeBook
 from pyg_dist import DistContext, init_rpc, shutdown_rpc
 from pyg_dist.testing import run_ranks
 

@@ -20,11 +20,11 @@ import torch.distributed as dist
 
 from pyg_dist import (DistContext, DistEmbedding, DistGraph, DistNeighborLoader,
                       LocalFeatureStore, LocalGraphStore, Partitioner)
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.rpc import shutdown_rpc
-from pyg_dist.sampler.direct import ENV as DIRECT_ENV
+from pyg_dist.sampler._direct import ENV as DIRECT_ENV
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids, typed
+from pyg_dist.testing import encode_ids, typed
 
 pytestmark = pytest.mark.multiprocess
 

@@ -12,16 +12,16 @@ import torch
 
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner)
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
-from pyg_dist.loader.producer import BatchTask
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
+from pyg_dist.loader._producer import BatchTask
 from pyg_dist.rpc import shutdown_rpc
-from pyg_dist.sampler.direct import ENV as DIRECT_ENV
-from pyg_dist.sampler.labor import batch_seed
-from pyg_dist.sampler.labor_reference import labor_sample
+from pyg_dist.sampler._direct import ENV as DIRECT_ENV
+from pyg_dist.sampler._labor import batch_seed
+from pyg_dist.sampler import labor_sample
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids, typed
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
+from pyg_dist.testing import encode_ids, typed
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, edge_key
 
 pytestmark = pytest.mark.multiprocess
 

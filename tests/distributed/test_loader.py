@@ -18,10 +18,10 @@ import torch.distributed as dist
 
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader, LocalFeatureStore,
                       LocalGraphStore, Partitioner, edge_split, node_split, shutdown_rpc)
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.testing import encode_ids
+from pyg_dist.format import read_id_map
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
@@ -233,8 +233,8 @@ def _repeated_seed(data, ctx, node_type, ids: torch.Tensor, fanout: int) -> Dict
 
 
 def _truth(data, parts: int, direct: str, tmp_path) -> None:
-    from pyg_dist.testing.graphs import khop_in_neighbourhood, typed
-    from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+    from pyg_dist.testing import khop_in_neighbourhood, typed
+    from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
     Partitioner(data, parts, tmp_path, seed=0, progress=False, overwrite=True).generate()
     num_nodes, edges = typed(data)
@@ -269,7 +269,7 @@ def _check_bidirectional(got: dict, edges: dict, taken: dict, rank: int) -> None
     """subgraph_type="bidirectional" on the same seeds: PyG's conversion of the ground
     truth (every sampled edge also reversed; a hetero type also gets its reverse type's
     edges transposed, and loses its edge ids)."""
-    from pyg_dist.typing import HOMO_EDGE
+    from pyg_dist._typing import HOMO_EDGE
 
     def pairs(t):
         return {(edges[t][0, e].item(), edges[t][1, e].item()) for e in taken[t]}
@@ -304,7 +304,7 @@ def test_hetero_batches_hold_ground_truth_original_ids(hetero_graph, parts, dire
 def _check_induced(got: dict, edges: dict, nodes: dict, rank: int) -> None:
     """subgraph_type="induced" on the same seeds: every edge of the unpartitioned graph
     between the sampled nodes, once, each with its own original id."""
-    from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+    from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
     for t, pairs in got["induced"].items():
         key = t or HOMO_EDGE

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from pyg_dist import DistNeighborLoader, Partitioner, node_split, shutdown_rpc
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from test_loader import _ddp_step, _open
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes

@@ -18,7 +18,7 @@ from torch_geometric.sampler import EdgeSamplerInput, NeighborSampler, NodeSampl
 from torch_geometric.sampler.neighbor_sampler import node_sample
 
 from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.rpc import shutdown_rpc
 from pyg_dist.testing import run_ranks
 from tests.support.pyg_lib_reference import reference_ops

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from pyg_dist import DistContext, DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.rpc import RpcPeerError, shutdown_rpc
-from pyg_dist.sampler.direct import ENV as DIRECT_ENV
+from pyg_dist.sampler._direct import ENV as DIRECT_ENV
 from pyg_dist.testing import run_ranks
-from pyg_dist.testing.graphs import encode_ids, khop_in_neighbourhood, typed
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE, edge_key
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.testing import encode_ids, khop_in_neighbourhood, typed
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, edge_key
+from pyg_dist.format import read_id_map
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
 
@@ -334,7 +334,7 @@ def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkey
 def _fault_job(root: str) -> Dict:
     import time
 
-    from pyg_dist.sampler.types import HopRequest
+    from pyg_dist.sampler._types import HopRequest
 
     ctx, data = _stores(root)
     sampler = DistNeighborSampler(data, num_neighbors=[2], current_ctx=ctx, seed=0)
@@ -374,7 +374,7 @@ def _unretrieved_after_dead_fetch(sampler: DistNeighborSampler, first_remote: in
     import logging
     import time
 
-    from pyg_dist.sampler.features import FeatureFetcher
+    from pyg_dist.sampler import FeatureFetcher
 
     logged: list = []
     handler = logging.Handler()

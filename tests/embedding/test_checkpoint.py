@@ -19,7 +19,7 @@ import torch
 from pyg_dist import checkpoint
 from pyg_dist.embedding import (CheckpointError, DistEmbedding, SparseAdagrad, SparseAdam,
                                 SparseOptimizer, load_checkpoint, save_checkpoint)
-from pyg_dist.format.digest import file_digest
+from pyg_dist.format._digest import file_digest
 
 N, D = 10, 3
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pyg_dist.embedding import DistTensor
-from pyg_dist.embedding.layout import ShardLayout, even_split, rank_offsets, resolve_book
-from pyg_dist.format.book import RangeBook
+from pyg_dist.embedding._layout import ShardLayout, even_split, rank_offsets, resolve_book
+from pyg_dist.format import RangeBook
 
 
 def test_even_split_and_rank_offsets() -> None:

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from pyg_dist.format.book import RangeBook
-from pyg_dist.format.meta import AttrSpec, PartitionMeta, PartStats
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.format import RangeBook
+from pyg_dist.format._meta import AttrSpec, PartitionMeta, PartStats
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
 
 def test_owner_lookup_with_an_empty_partition() -> None:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_dist.format.digest import DigestMismatch, bytes_digest, check_file, file_digest
+from pyg_dist.format._digest import DigestMismatch, bytes_digest, check_file, file_digest
 
 
 def test_file_digest_equals_bytes_digest_and_detects_a_flip(tmp_path: Path) -> None:

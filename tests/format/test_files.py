@@ -1,4 +1,4 @@
-"""The one file-system helper (:mod:`pyg_dist.format.files`): atomic files and folders
+"""The one file-system helper (:mod:`pyg_dist.format._files`): atomic files and folders
 (a failure leaves the old content), versioned folders and their ``LATEST`` pointer."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_dist.format import files
+from pyg_dist.format import _files as files
 
 
 class Crash(BaseException):

@@ -14,15 +14,15 @@ import torch
 
 from pyg_dist import LocalGraphStore, Partitioner, checkpoint
 from pyg_dist.checkpoint import CheckpointError
-from pyg_dist.checkpoint.files import INFO, Info
-from pyg_dist.chunked.errors import ChunkedFormatError
-from pyg_dist.chunked.metadata import ChunkedMeta
+from pyg_dist.checkpoint._files import INFO, Info
+from pyg_dist.chunked import ChunkedFormatError
+from pyg_dist.chunked import ChunkedMeta
 from pyg_dist.convert import PygFormatError
-from pyg_dist.convert.pyg_layout import PygLayout
+from pyg_dist.convert._pyg_layout import PygLayout
 from pyg_dist.format import PartitionFormatError
-from pyg_dist.format.manifest import MANIFEST_FILE
+from pyg_dist.format._part_manifest import MANIFEST_FILE
 from pyg_dist.inference import ExportFormatError, read_export
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 DEEP = "[" * 100_000 + "]" * 100_000
 PICKLE = pickle.dumps({"format": "pyg_dist", "version": 2})
@@ -30,7 +30,7 @@ PICKLE = pickle.dumps({"format": "pyg_dist", "version": 2})
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     root = tmp_path_factory.mktemp("json_parts")
     Partitioner(encode_ids(community_graph(40, 3.0, 4, 2, seed=0)), 1, root,
@@ -97,7 +97,7 @@ def test_bad_json_is_one_line_naming_the_file(parts, tmp_path, reader, content):
 
 @pytest.mark.parametrize("content", [DEEP.encode(), PICKLE], ids=["nested", "pickled"])
 def test_a_malformed_writer_record_is_no_writer(tmp_path, content):
-    from pyg_dist.format.leftovers import Writer
+    from pyg_dist.format._leftovers import Writer
 
     path = tmp_path / ".out.owner"
     path.write_bytes(content)
@@ -111,6 +111,6 @@ def test_every_json_reader_uses_the_shared_helper():
 
     package = Path(pyg_dist.__file__).parent
     users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
-                   if "json.load" in p.read_text() and p.name != "jsonio.py")
-    # shared_cache.py parses a value from the job's own rendezvous store, not a file
-    assert users == ["sampler/shared_cache.py"], users
+                   if "json.load" in p.read_text() and p.name != "_jsonio.py")
+    # _cache/shared.py parses a value from the job's own rendezvous store, not a file
+    assert users == ["sampler/_cache/shared.py"], users

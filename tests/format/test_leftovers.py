@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pyg_dist import Partitioner
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format import files, io
+from pyg_dist.datasets import community_graph
+from pyg_dist.format import _files as files, _partition_io as io
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_next_run_removes_a_killed_runs_temp_folder(graph, tmp_path: Path) -> No
 
 
 def test_live_and_unknown_writers_are_left_alone(graph, tmp_path: Path) -> None:
-    from pyg_dist.format import leftovers
+    from pyg_dist.format import _leftovers as leftovers
 
     out = tmp_path / "out"
     live = files.atomic_dir(out)
@@ -67,7 +67,7 @@ def test_live_and_unknown_writers_are_left_alone(graph, tmp_path: Path) -> None:
 
 
 def test_dead_writer_detection_and_old_folder_restore(tmp_path: Path) -> None:
-    from pyg_dist.format import leftovers
+    from pyg_dist.format import _leftovers as leftovers
 
     me = leftovers.Writer.current()
     assert me.pid == os.getpid() and not me.is_gone()

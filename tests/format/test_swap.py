@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_dist.format import files, renames
+from pyg_dist.format import _files as files, _renames as renames
 
 
 def _folder(path: Path, text: str) -> Path:

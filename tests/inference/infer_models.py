@@ -9,8 +9,8 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GATConv, GraphConv, HeteroConv, SAGEConv, to_hetero
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.datasets import community_graph
+from pyg_dist.format import read_id_map
 from pyg_dist.inference import LayerwiseSpec
 
 MODELS: List[Tuple[str, type, dict]] = [

@@ -18,10 +18,10 @@ from torch_geometric.nn.models import GraphSAGE
 
 from infer_models import MODELS, build, generated_graph, references
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
-from pyg_dist.inference import LayerwiseSpec, NotLayerwiseError, layerwise
-from pyg_dist.inference import rows
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.inference import LayerwiseSpec, NotLayerwiseError, _layerwise as layerwise
+from pyg_dist.inference import _tensor_rows as rows
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 from pyg_dist.testing import run_ranks
 
 NAMES = [name for name, _, _ in MODELS]

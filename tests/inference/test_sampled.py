@@ -11,9 +11,9 @@ import torch.distributed as dist
 
 from infer_models import build, references
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
-from pyg_dist.inference import infer, rows
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.inference import infer, _tensor_rows as rows
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 from pyg_dist.testing import run_ranks
 
 

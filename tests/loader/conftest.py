@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.datasets import community_graph
+from pyg_dist.testing import encode_ids
 
 
 @pytest.fixture(scope="module")

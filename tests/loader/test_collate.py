@@ -12,9 +12,9 @@ from torch_geometric.loader import LinkLoader, NodeLoader
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       shutdown_rpc)
-from pyg_dist.loader.producer import BatchTask
-from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.loader._producer import BatchTask
+from pyg_dist.testing import encode_ids
+from pyg_dist.format import read_id_map
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       Partitioner, node_split, shutdown_rpc)
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing._graphs import encode_ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

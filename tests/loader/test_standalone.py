@@ -8,8 +8,8 @@ from torch_geometric.sampler import NodeSamplerInput
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner,
                       edge_split, node_split, shutdown_rpc)
-from pyg_dist.loader.seeds import EpochPlan
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.loader._seeds import EpochPlan
+from pyg_dist.testing import encode_ids
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +216,7 @@ def test_a_type_nothing_was_sampled_of_has_empty_attributes(tmp_path):
     """As PyG's ``NeighborLoader``: every node type has its attributes in a batch, with
     zero rows when no node of it was sampled, and every edge type its edge attributes
     (here: institutions are never reached from papers in one hop)."""
-    from pyg_dist.datasets.synthetic import hetero_community_graph
+    from pyg_dist.datasets import hetero_community_graph
 
     data = hetero_community_graph(60, avg_degree=3, feat_dim=5, seed=2)
     Partitioner(data, 1, tmp_path, progress=False).generate()
@@ -241,7 +241,7 @@ def test_a_sampler_keeps_freed_memory_for_its_batches(cora1, monkeypatch):
     """Every process that samples (trainer, sampler worker, DistGraph) builds a
     DistNeighborSampler, which asks malloc to keep freed blocks
     (tests/sampler/test_malloc.py: what that does to page faults)."""
-    import pyg_dist.sampler.neighbor_sampler as module
+    import pyg_dist.sampler._neighbor_sampler as module
 
     calls = []
     monkeypatch.setattr(module, "keep_freed_memory", lambda: calls.append(1) or 64)

@@ -11,7 +11,7 @@ import torch
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       LocalFeatureStore, LocalGraphStore, Partitioner, edge_split, node_split,
                       shutdown_rpc)
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 Seen = List[Tuple[torch.Tensor, torch.Tensor]]  # (input_id, n_id) per batch
 

@@ -16,12 +16,12 @@ import torch
 
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       Partitioner, node_split, shutdown_rpc, track)
-from pyg_dist.loader.stats import STAGES, LoaderStats, StatsRecorder
-from pyg_dist.progress import PROGRESS_ENV, stages_wanted
-from pyg_dist.sampler import timing
-from pyg_dist.sampler.ids import ID_ATTR
-from pyg_dist.testing.graphs import encode_ids
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.loader._stats import STAGES, LoaderStats, StatsRecorder
+from pyg_dist._progress import PROGRESS_ENV, stages_wanted
+from pyg_dist.sampler import _timing as timing
+from pyg_dist.store._original_ids import ID_ATTR
+from pyg_dist.testing import encode_ids
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
 PRODUCER_STAGES = timing.STAGES
 
@@ -146,7 +146,7 @@ def test_recording_is_per_task():
 def _two_partition_job(root: str, num_workers: int) -> dict:
     from pathlib import Path
 
-    from pyg_dist.format import io as fio
+    from pyg_dist.format import _partition_io as fio
 
     ctx = DistContext.from_env(rpc_timeout=30)
     pid = ctx.partition_id(fio.read_meta(Path(root)).num_parts)

@@ -12,7 +12,7 @@ from torch_geometric.sampler import NodeSamplerInput
 from pyg_dist import (DistContext, DistLinkNeighborLoader, DistNeighborLoader,
                       DistNeighborSampler, LocalFeatureStore, LocalGraphStore, Partitioner)
 from pyg_dist.rpc import shutdown_rpc
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 
 def _one_partition(data, root):
@@ -164,7 +164,7 @@ def test_sampler_workers_build_the_same_batches(parts):
 def test_both_ways_of_ordering_the_pairs_agree():
     """The fast path (one sort of distinct integer keys) and the fallback for batches
     whose keys could overflow (a stable sort) keep the same pairs in the same order."""
-    from pyg_dist.sampler.bidirectional import _union
+    from pyg_dist.sampler._bidirectional import _union
 
     g = torch.Generator().manual_seed(0)
     row, col = torch.randint(0, 5, (40,), generator=g), torch.randint(0, 2, (40,), generator=g)

@@ -17,7 +17,7 @@ SHM = Path("/dev/shm")
 
 TRAINER = """
 import os, signal
-from pyg_dist.loader.workers import WorkerPool
+from pyg_dist.loader._workers import WorkerPool
 pool = WorkerPool(1, lambda i: None, 2)  # the worker fails at once: only its pipes matter
 print("started", flush=True)
 os.kill(os.getpid(), signal.SIGSTOP)
@@ -117,7 +117,7 @@ def test_workers_fork_from_one_server_per_trainer_or_spawn_when_asked(cora, tmp_
     the trainer's own children again; the batches are the same either way."""
     from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore,
                           LocalGraphStore, Partitioner, node_split, shutdown_rpc)
-    from pyg_dist.testing.graphs import encode_ids
+    from pyg_dist.testing import encode_ids
 
     Partitioner(encode_ids(cora), 1, tmp_path, progress=False).generate()
     stores = (LocalFeatureStore.from_partition(tmp_path, 0),

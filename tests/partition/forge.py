@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from pyg_dist.format import io
-from pyg_dist.format.manifest import MANIFEST_FILE
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._part_manifest import MANIFEST_FILE
 
 
 def reseal(folder: Path) -> None:

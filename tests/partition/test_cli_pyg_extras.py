@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pyg_dist.cli.partition import main
-from pyg_dist.datasets.pyg_extras import extras_layout
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.datasets._pyg_extras import extras_layout
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 
 
 def _load(path: Path) -> torch.Tensor:
@@ -115,7 +115,7 @@ def test_out_of_core_extras_equal_the_in_memory_ones(tmp_path: Path, capsys, het
     """``--memory-budget`` with ``--pyg-extras``: the same label and split files as the
     in-memory path writes for the same chunked graph (same assignment: random)."""
     from pyg_dist.chunked import write_chunked
-    from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
+    from pyg_dist.datasets import community_graph, hetero_community_graph
 
     data = hetero_community_graph(300, avg_degree=4, feat_dim=4, seed=0) if hetero else \
         community_graph(400, 6.0, 3, 3, seed=0)

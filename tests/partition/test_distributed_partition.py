@@ -20,15 +20,15 @@ import pytest
 
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format import io
+from pyg_dist.datasets import community_graph, hetero_community_graph
+from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import Partitioner
-from pyg_dist.partition.distributed import DistPartitioner
-from pyg_dist.partition.outofcore import OutOfCorePartitioner
-from pyg_dist.format.tables import GraphTables
+from pyg_dist.partition._distributed import DistPartitioner
+from pyg_dist.partition._outofcore import OutOfCorePartitioner
+from pyg_dist.format._tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
-from pyg_dist.testing.launch import run_ranks
+from pyg_dist.testing import run_ranks
 from tests.support.scripts import run_script
 from test_outofcore import _cut, _homo, assert_same_output
 from test_roundtrip import check_roundtrip
@@ -72,7 +72,7 @@ def partition_job(configs: List[Tuple[str, int, str, str, str]]) -> List[Tuple[s
     """Runs on every rank: each config ``(input, num_parts, out, budget, method)`` in turn;
     returns the uid of each output and its seconds."""
     import pyg_dist
-    from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
+    from pyg_dist.partition._distributed import ArrayComm, DistPartitioner
 
     ctx = pyg_dist.init_process_group("gloo")
     comm = ArrayComm(ctx.rank, ctx.world_size)
@@ -154,8 +154,8 @@ def test_each_machine_keeps_its_partitions_without_a_shared_file_system(tmp_path
 
 def _unshared_job(folder: str, roots: List[str]) -> str:
     import pyg_dist
-    from pyg_dist.partition.distributed import ArrayComm, DistPartitioner
-    from pyg_dist.partition.distributed.team import RankTeam
+    from pyg_dist.partition._distributed import ArrayComm, DistPartitioner
+    from pyg_dist.partition._distributed.team import RankTeam
 
     # as if every rank ran on a machine of its own: it sees no other rank's folder
     RankTeam.visible = lambda self, folders, token: [self.comm.rank]
@@ -311,9 +311,9 @@ def test_cluster_graph_over_the_budget_is_never_held_whole(tmp_path: Path, monke
     import torch
     from torch_geometric.data import Data
 
-    from pyg_dist.partition.assign import METIS_BYTES_PER_ADJACENCY_BYTE
-    from pyg_dist.partition.coarsen import KeySums
-    from pyg_dist.partition.distributed import assign
+    from pyg_dist.partition._assign import METIS_BYTES_PER_ADJACENCY_BYTE
+    from pyg_dist.partition._coarsen import KeySums
+    from pyg_dist.partition._distributed import assign
 
     held = []
 
@@ -344,15 +344,15 @@ def test_local_neighbour_lists_equal_the_symmetric_csr(tmp_path: Path, monkeypat
     slots than int32 holds); so do the out-of-core path's windowed lists."""
     import numpy as np
 
-    from pyg_dist.partition.distributed import ArrayComm, graph as local_graph
-    from pyg_dist.partition.distributed.graph import EdgeFiles, build_local_graph
+    from pyg_dist.partition._distributed import ArrayComm, graph as local_graph
+    from pyg_dist.partition._distributed.graph import EdgeFiles, build_local_graph
 
     if slots == "int64":
         monkeypatch.setattr(local_graph, "MAX_INT32_SLOTS", 10)
-    from pyg_dist.partition.kernels import (count_lower, dedup_rows, fill_lower, mirror_fill,
+    from pyg_dist.partition._graph_kernels import (count_lower, dedup_rows, fill_lower, mirror_fill,
                                             mirror_fill_windows, mirror_pointers)
-    from pyg_dist.partition.outofcore.scratch import Scratch
-    from pyg_dist.partition.outofcore.source import open_source
+    from pyg_dist.partition._outofcore.scratch import Scratch
+    from pyg_dist.partition._outofcore.source import open_source
 
     folder, tables = _chunks(tmp_path, "hetero", GRAPHS["hetero"]())
     source, _ = open_source(folder, 2, "1MB")

@@ -9,7 +9,7 @@ import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.cli.partition import main
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from forge import forge
 
 

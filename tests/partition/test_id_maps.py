@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.format import io
+from pyg_dist.format import _partition_io as io
 from pyg_dist.format import PartitionFormatError
-from pyg_dist.format.id_maps import read_id_map, read_part_ids
+from pyg_dist.format import read_id_map, read_part_ids
 from forge import forge, strip_digests
 
 

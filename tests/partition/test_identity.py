@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.datasets import community_graph
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 from forge import forge, strip_digests
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -55,7 +55,7 @@ def test_uid_is_recorded_deterministic_and_differs_between_seeds(runs: dict) -> 
 
 
 def test_uid_depends_on_the_maps_not_only_on_meta() -> None:
-    from pyg_dist.format.identity import part_digest, partition_uid
+    from pyg_dist.format._identity import part_digest, partition_uid
 
     def uid(parts, edges=None):
         return partition_uid(fields, [part_digest({"_N": torch.tensor(p)}, edges or {})

@@ -16,12 +16,12 @@ import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
 from pyg_dist.cli.verify import main as verify_main
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format import io, manifest
-from pyg_dist.format.digest import file_digest
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.format.manifest import MANIFEST_FILE, PartitionDigestError
-from pyg_dist.typing import HOMO_EDGE, edge_key
+from pyg_dist.datasets import community_graph
+from pyg_dist.format import _partition_io as io, _part_manifest as manifest
+from pyg_dist.format._digest import file_digest
+from pyg_dist.format import read_part_ids
+from pyg_dist.format._part_manifest import MANIFEST_FILE, PartitionDigestError
+from pyg_dist._typing import HOMO_EDGE, edge_key
 from forge import strip_digests
 
 HOMO_KEY = edge_key(HOMO_EDGE)

@@ -12,10 +12,10 @@ import torch
 
 from pyg_dist import Partitioner
 from pyg_dist.cli.partition import main
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
-from pyg_dist.partition.kernels import EdgeBlock, symmetric_csr
-from pyg_dist.format.tables import GraphTables
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
+from pyg_dist.partition._graph_kernels import EdgeBlock, symmetric_csr
+from pyg_dist.format._tables import GraphTables
 from test_roundtrip import check_roundtrip
 
 HAVE_KAMINPAR = importlib.util.find_spec("kaminpar") is not None
@@ -25,7 +25,7 @@ needs_kaminpar = pytest.mark.skipif(not HAVE_KAMINPAR, reason="the optional kami
 
 @pytest.fixture(scope="module")
 def community():
-    from pyg_dist.datasets.synthetic import community_graph
+    from pyg_dist.datasets import community_graph
 
     return community_graph(4000, avg_degree=12, feat_dim=4, num_classes=4, seed=3)
 
@@ -39,7 +39,7 @@ def _cut_and_meta(graph, num_parts: int, method: str, root: Path):
 def test_parhip_file_is_the_graph_kaminpar_reads(tmp_path: Path) -> None:
     import kaminpar
 
-    from pyg_dist.partition.kaminpar_assign import read_parhip_neighbours, write_parhip
+    from pyg_dist.partition._kaminpar_assign import read_parhip_neighbours, write_parhip
 
     src = np.array([0, 1, 2, 3, 4, 0, 2])
     dst = np.array([1, 2, 0, 4, 5, 5, 4])

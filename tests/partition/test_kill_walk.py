@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pytest
 
 from pyg_dist.chunked import write_chunked
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets import community_graph
 from tests.support.scripts import run_script
 
 pytestmark = pytest.mark.multiprocess  # every test here starts processes

@@ -15,12 +15,12 @@ import torch
 
 from pyg_dist.chunked import read_chunked, write_chunked
 from pyg_dist.cli.partition import main as partition_main
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format import io
+from pyg_dist.datasets import community_graph, hetero_community_graph
+from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import Partitioner
-from pyg_dist.format.manifest import MANIFEST_FILE
-from pyg_dist.partition.outofcore import MemoryBudgetError, OutOfCorePartitioner, parse_size
-from pyg_dist.format.tables import GraphTables
+from pyg_dist.format._part_manifest import MANIFEST_FILE
+from pyg_dist.partition._outofcore import MemoryBudgetError, OutOfCorePartitioner, parse_size
+from pyg_dist.format._tables import GraphTables
 from test_roundtrip import check_roundtrip
 
 
@@ -210,7 +210,7 @@ def test_graph_without_communities_stays_within_budget(tmp_path: Path) -> None:
 def test_sorted_unique_equals_numpy_unique(values: list) -> None:
     import numpy as np
 
-    from pyg_dist.partition.kernels import sorted_unique
+    from pyg_dist.partition._graph_kernels import sorted_unique
 
     array = np.array(values, dtype=np.int64)
     got = sorted_unique(array)

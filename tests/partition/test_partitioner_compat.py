@@ -11,9 +11,9 @@ import pymetis
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.datasets import community_graph, hetero_community_graph
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_id_map
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,17 @@ import pytest
 import torch
 
 from pyg_dist.chunked import write_chunked
-from pyg_dist.datasets.synthetic import community_graph
-from pyg_dist.format import io
+from pyg_dist.datasets import community_graph
+from pyg_dist.format import _partition_io as io
 from pyg_dist.partition import partition
-from pyg_dist.partition.api import choose_mode
-from pyg_dist.partition.distributed import ArrayComm
-from pyg_dist.partition.options import (FOLDER_ONLY, MODES, REFUSED, PartitionOptionError,
+from pyg_dist.partition._api import choose_mode
+from pyg_dist.partition._distributed import ArrayComm
+from pyg_dist.partition._options import (FOLDER_ONLY, MODES, REFUSED, PartitionOptionError,
                                         method_label, refusal)
 
 NODES = 120
 
-#: option settings walked in every mode: name (as options.py names it) -> kwargs
+#: option settings walked in every mode: name (as _options.py names it) -> kwargs
 SETTINGS: Dict[str, dict] = {
     "method=metis": {},
     "method=random": {"method": "random"},

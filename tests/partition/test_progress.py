@@ -5,7 +5,7 @@ import io as stdio
 from pathlib import Path
 
 from pyg_dist import Partitioner
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets import community_graph
 
 
 class _Terminal(stdio.StringIO):
@@ -14,7 +14,7 @@ class _Terminal(stdio.StringIO):
 
 
 def test_plain_lines_on_a_non_terminal() -> None:
-    from pyg_dist.progress import track
+    from pyg_dist._progress import track
 
     stream = stdio.StringIO()
     assert list(track(range(4), "writing partitions", stream=stream)) == [0, 1, 2, 3]
@@ -34,7 +34,7 @@ def test_plain_lines_on_a_non_terminal() -> None:
 
 
 def test_a_terminal_still_gets_a_bar() -> None:
-    from pyg_dist.progress import track
+    from pyg_dist._progress import track
 
     stream = _Terminal()
     list(track(range(3), "bar", stream=stream))
@@ -60,7 +60,7 @@ class _Clock:
 
 
 def test_plain_lines_carry_rates_and_eta() -> None:
-    from pyg_dist.progress import track
+    from pyg_dist._progress import track
 
     stream = stdio.StringIO()
     batches = [{"seeds": 100}] * 4
@@ -77,7 +77,7 @@ def test_plain_lines_carry_rates_and_eta() -> None:
 
 
 def test_eta_and_rate_formats() -> None:
-    from pyg_dist.progress import format_rate, format_seconds, progress_line
+    from pyg_dist._progress import format_rate, format_seconds, progress_line
 
     assert [format_rate(v) for v in (0.0, 0.5123, 12.34, 456.7, 3104.0, 2.5e6)] == \
         ["0", "0.512", "12.3", "457", "3.1k", "2.5M"]

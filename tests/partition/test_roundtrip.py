@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.format import io
-from pyg_dist.format.integrity import verify_folder
-from pyg_dist.format.tables import GraphTables
-from pyg_dist.typing import edge_key
-from pyg_dist.format.id_maps import read_id_map
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format._integrity import verify_folder
+from pyg_dist.format._tables import GraphTables
+from pyg_dist._typing import edge_key
+from pyg_dist.format import read_id_map
 
 
 def _maps(root: Path, tables: GraphTables):
@@ -153,7 +153,7 @@ def test_memory_is_per_partition(cora, tmp_path: Path) -> None:
 
 def test_coarsens_by_itself_only_when_metis_would_not_fit(cora, tmp_path: Path,
                                                          monkeypatch) -> None:
-    from pyg_dist.partition import assign
+    from pyg_dist.partition import _assign as assign
 
     assert assign.should_coarsen(1 << 30, 64 << 30) is False
     assert assign.should_coarsen(1 << 30, 4 << 30) is True

@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format import io
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.typing import HOMO_EDGE, edge_key
+from pyg_dist.datasets import community_graph, hetero_community_graph
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import PartitionMeta
+from pyg_dist.sampler import LocalSampler
+from pyg_dist._typing import HOMO_EDGE, edge_key
 from forge import forge, reseal
 
 HOMO = edge_key(HOMO_EDGE)

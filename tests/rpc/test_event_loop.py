@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from pyg_dist.rpc.event_loop import EventLoopThread, wrap_future
+from pyg_dist.rpc import EventLoopThread, wrap_future
 
 
 def test_a_reply_after_the_loop_closed_is_dropped_without_an_error(capfd):

@@ -19,7 +19,7 @@ SERVER = "import time, datetime, torch.distributed as d; " \
 
 TRAINER = textwrap.dedent("""
     import time, datetime, torch.distributed as d
-    from pyg_dist.rpc import health
+    from pyg_dist.rpc import _health as health
     store = d.TCPStore('127.0.0.1', {port}, is_master=False,
                        timeout=datetime.timedelta(seconds=5))
     health.Watchdog(store, 0, 1, health.WatchdogConfig(0.2, 1.0, {abort}),
@@ -64,7 +64,7 @@ def test_a_lost_store_ends_the_orphan_within_the_bound_naming_it():
 
 
 def test_store_lost_after_is_half_the_abort_bound():
-    from pyg_dist.rpc.health import WatchdogConfig
+    from pyg_dist.rpc._health import WatchdogConfig
 
     config = WatchdogConfig.for_timeout(20.0)
     assert config.abort_after == 60.0 and config.store_lost_after == 30.0

@@ -1,4 +1,4 @@
-"""The incarnation handshake (:mod:`pyg_dist.rpc.incarnation`) on an in-memory store,
+"""The incarnation handshake (:mod:`pyg_dist.rpc._incarnation`) on an in-memory store,
 with ranks as threads: what a dead incarnation left in the store is never taken for
 the current one, and a missing rank is named within the timeout."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch.distributed as dist
 
 pytestmark = pytest.mark.timeout(60)
 
-from pyg_dist.rpc import incarnation
-from pyg_dist.rpc.context import DistContext
-from pyg_dist.rpc.incarnation import IncarnationError
+from pyg_dist.rpc import _incarnation as incarnation
+from pyg_dist.rpc import DistContext
+from pyg_dist.rpc._incarnation import IncarnationError
 
 
 def _agree_all(store: dist.Store, ranks: List[int], world_size: int, timeout: float = 10,

@@ -7,10 +7,10 @@ import logging
 import pytest
 import torch
 
-from pyg_dist.rpc import network
-from pyg_dist.rpc.agreement import DisagreementError, agree, describe_values
-from pyg_dist.rpc.registry import RemoteFailure, RpcRemoteError, dispatch, lookup
-from pyg_dist.rpc.routing import fan_out, split_by_owner
+from pyg_dist.rpc import _network as network
+from pyg_dist.rpc._agreement import DisagreementError, agree, describe_values
+from pyg_dist.rpc._registry import RemoteFailure, RpcRemoteError, dispatch, lookup
+from pyg_dist.rpc._routing import fan_out, split_by_owner
 
 
 def test_interface_reaching_loopback_is_lo(monkeypatch):
@@ -101,11 +101,11 @@ def test_fan_out_waits_for_every_reply_before_raising(caplog):
 
 
 def test_unknown_callee_names_the_registered_ones_and_their_modules():
-    from pyg_dist.sampler.serving import CALLEE_MODULES
+    from pyg_dist.sampler._serving import CALLEE_MODULES
 
     with pytest.raises(KeyError, match="no pyg_dist RPC callee named 'no.such'") as err:
         lookup("no.such")
     for name in ("sampler.hop", "sampler.features", "sampler.has_edges"):
         assert lookup(name).__module__ in {m.__name__ for m in CALLEE_MODULES}
         assert name in str(err.value)
-    assert lookup("embedding.read").__module__ == "pyg_dist.embedding.shards"
+    assert lookup("embedding.read").__module__ == "pyg_dist.embedding._shards"

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pyg_dist import Partitioner
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 from sampler_helpers import Parted, load_parted, small_hetero
 
 

@@ -15,11 +15,11 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch_geometric.data import HeteroData
 
-from pyg_dist.format.meta import PartitionMeta
-from pyg_dist.sampler.local import LocalSampler
-from pyg_dist.sampler.types import FeatureRequest, FeatureResponse
+from pyg_dist.format import PartitionMeta
+from pyg_dist.sampler import LocalSampler
+from pyg_dist.sampler._types import FeatureRequest, FeatureResponse
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
-from pyg_dist.testing.graphs import encode_ids
+from pyg_dist.testing import encode_ids
 
 Tamper = Callable[[int, FeatureRequest, FeatureResponse], FeatureResponse]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyg_dist.sampler.cache import FeatureCache
-from pyg_dist.sampler.cache_file import (NEW_GRACE_S, NEW_PREFIX, SharedCacheError,
+from pyg_dist.sampler._cache.feature_cache import FeatureCache
+from pyg_dist.sampler._cache.file import (NEW_GRACE_S, NEW_PREFIX, SharedCacheError,
                                          check_payload, clean_stale, holder, write)
-from pyg_dist.sampler.features import FeatureFetcher
-from pyg_dist.sampler.shared_cache import attach
-from pyg_dist.store.source import FileId
+from pyg_dist.sampler import FeatureFetcher
+from pyg_dist.sampler._cache.shared import attach
+from pyg_dist.store._source import FileId
 
 
 @pytest.fixture

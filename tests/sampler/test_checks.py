@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyg_dist.sampler.checks import RemoteResponseError, check_hop_response
-from pyg_dist.sampler.types import HopRequest, HopResponse
+from pyg_dist.sampler._checks import RemoteResponseError, check_hop_response
+from pyg_dist.sampler._types import HopRequest, HopResponse
 
 AB, BA = ("a", "to", "b"), ("b", "to", "a")
 NUM_NODES = {"a": 10, "b": 20}
@@ -119,8 +119,8 @@ def test_much_wider_remote_rows_do_not_crash_the_process():
         sys.path.insert(0, sys.argv[1])
         from sampler_helpers import small_hetero, load_parted
         from pyg_dist import Partitioner
-        from pyg_dist.sampler.checks import RemoteResponseError
-        from pyg_dist.sampler.features import FeatureFetcher
+        from pyg_dist.sampler._checks import RemoteResponseError
+        from pyg_dist.sampler._features import FeatureFetcher
         root = pathlib.Path(tempfile.mkdtemp()) / "out"
         Partitioner(small_hetero(), 2, root, method="random", progress=False).generate()
         parted = load_parted(root, 2)
@@ -191,7 +191,7 @@ def test_rows_read_directly_must_fit_the_output_naming_the_partition():
     """A same-machine partition's rows are copied straight into the output: another
     dtype or row shape in its files is refused naming its owner (int32 original ids
     widen into int64; no other attribute widens)."""
-    from pyg_dist.sampler.checks import check_direct_rows
+    from pyg_dist.sampler._checks import check_direct_rows
 
     out = torch.empty(4, 3)
     peer = "worker w1 (rank 1, partition 1)"

@@ -7,10 +7,10 @@ import pytest
 import torch
 from sampler_helpers import small_hetero
 
-from pyg_dist.sampler.checks import RemoteResponseError
-from pyg_dist.sampler.features import FeatureFetcher
-from pyg_dist.sampler.fetch_jobs import owner_shares
-from pyg_dist.sampler.rows import place as _place
+from pyg_dist.sampler._checks import RemoteResponseError
+from pyg_dist.sampler._features import FeatureFetcher
+from pyg_dist.sampler._fetch_jobs import owner_shares
+from pyg_dist.sampler._gather import place as _place
 
 ORIGINAL = small_hetero()  # the unpartitioned graph (partitioned by the fixture)
 

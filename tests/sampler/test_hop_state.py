@@ -3,9 +3,9 @@ column of original edge ids."""
 import pytest
 import torch
 
-from pyg_dist.sampler.hop_state import ID_BITS, Column, EdgePiece, HopState, seed_order
-from pyg_dist.sampler.kernels import sample_one_hop
-from pyg_dist.sampler.types import HopRequest, HopResponse
+from pyg_dist.sampler._hop_state import ID_BITS, Column, EdgePiece, HopState, seed_order
+from pyg_dist.sampler._sample_kernels import sample_one_hop
+from pyg_dist.sampler._types import HopRequest, HopResponse
 
 AA, AB = ("a", "to", "a"), ("a", "to", "b")  # (src, rel, dst): a-neighbours of a / of b
 T = torch.tensor
@@ -163,7 +163,7 @@ def test_hops_run_here_draw_one_after_another_into_the_batch():
 
 
 def test_output_edges_form_one_edge_index_without_a_copy():
-    from pyg_dist.sampler.hop_state import edge_index
+    from pyg_dist.sampler._hop_state import edge_index
 
     state = HopState({"n": torch.tensor([0, 1])}, disjoint=False)
     state.add_edges(("n", "e", "n"), torch.tensor([0, 0, 1]), torch.tensor([5, 6, 5]),

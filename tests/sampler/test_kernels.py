@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_dist.sampler.kernels import sample_one_hop
-from pyg_dist.sampler.node_index import NodeIndex
+from pyg_dist.sampler._sample_kernels import sample_one_hop
+from pyg_dist.sampler._node_index import NodeIndex
 
 
 def _csc(num_rows: int = 50, max_deg: int = 40, seed: int = 0):
@@ -211,7 +211,7 @@ def test_bad_indices_seeds_and_edge_arrays_are_rejected():
 
 
 def test_csc_check_is_remembered_until_the_arrays_change():
-    from pyg_dist.sampler import checks
+    from pyg_dist.sampler import _checks as checks
 
     indptr, indices = _csc()
     sample_one_hop(indptr, indices, torch.arange(3), 2, False, 0)
@@ -223,7 +223,7 @@ def test_csc_check_is_remembered_until_the_arrays_change():
 
 
 def test_any_rng_seed_works_and_compiles_one_signature():
-    from pyg_dist.sampler.kernels import _uniform_sample
+    from pyg_dist.sampler._sample_kernels import _uniform_sample
 
     indptr, indices = _csc()
     runs = [sample_one_hop(indptr, indices, torch.arange(50), 3, False, s)[2]
@@ -235,7 +235,7 @@ def test_any_rng_seed_works_and_compiles_one_signature():
 def test_top_k_ranks_like_a_stable_sort():
     """The bounded-heap selection behind temporal "last" and weighted draws: the k
     highest keys, ties to the later position, lowest first (as a stable sort's tail)."""
-    from pyg_dist.sampler.kernels import _top_k
+    from pyg_dist.sampler._sample_kernels import _top_k
 
     rng = np.random.default_rng(0)
     for _ in range(200):

@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from pyg_dist.sampler import labor
-from pyg_dist.sampler.labor import hop_seed, sample_labor_hop, type_seed, variates
-from pyg_dist.sampler.labor_reference import labor_sample
-from pyg_dist.sampler.types import SamplingConfig
-from pyg_dist.typing import HOMO_EDGE, HOMO_NODE
+from pyg_dist.sampler import _labor as labor
+from pyg_dist.sampler._labor import hop_seed, sample_labor_hop, type_seed, variates
+from pyg_dist.sampler import labor_sample
+from pyg_dist.sampler import SamplingConfig
+from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
 
 
 def _graph(n: int = 120, m: int = 1500, seed: int = 0, dup: bool = True):

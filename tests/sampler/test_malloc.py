@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from pyg_dist.madvise import KEEP_ENV, keep_freed_memory
+from pyg_dist._madvise import KEEP_ENV, keep_freed_memory
 
 GLIBC = sys.platform.startswith("linux") and "libc.so.6" in (ctypes.util.find_library("c") or "")
 
@@ -19,7 +19,7 @@ GLIBC = sys.platform.startswith("linux") and "libc.so.6" in (ctypes.util.find_li
 FAULTS = textwrap.dedent("""
     import json, resource
     import numpy as np
-    from pyg_dist.madvise import keep_freed_memory
+    from pyg_dist._madvise import keep_freed_memory
 
     def batch_faults():
         for _ in range(3):

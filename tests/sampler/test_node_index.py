@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from pyg_dist.sampler.node_index import NodeIndex
+from pyg_dist.sampler._node_index import NodeIndex
 
 
 def test_lookup_of_any_int64_key_is_safe():
@@ -41,7 +41,7 @@ def test_table_grows_with_distinct_keys_not_keys_offered():
 
 
 def test_cleared_and_pooled_indexes_start_empty():
-    from pyg_dist.sampler.node_index import NodeIndexPool
+    from pyg_dist.sampler._node_index import NodeIndexPool
 
     pool = NodeIndexPool(keep=1)
     first = pool.take(8)

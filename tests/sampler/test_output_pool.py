@@ -5,7 +5,7 @@ import torch
 import torch.multiprocessing  # noqa: F401  (registers the shared-memory reductions)
 from multiprocessing.reduction import ForkingPickler
 
-from pyg_dist.sampler.buffers import MIN_BYTES, OutputPool
+from pyg_dist.sampler._buffers import MIN_BYTES, OutputPool
 
 ROWS, WIDTH = 4096, 100  # 1.6 MB of float32: above MIN_BYTES
 

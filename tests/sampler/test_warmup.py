@@ -8,12 +8,12 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ENTRY_KERNELS = {
-    "pyg_dist.sampler.kernels._uniform_sample": 4,   # int64/int32 indices and id tables
-    "pyg_dist.sampler.kernels._filtered_fill": 1,    # weighted and temporal
-    "pyg_dist.rpc.routing._group_by_owner": 1,
-    "pyg_dist.sampler.rows._copy_rows": 4,           # int64, int32, byte words; int32 ids
-    "pyg_dist.sampler.node_index._insert": 1,
-    "pyg_dist.sampler.node_index._lookup": 1,
+    "pyg_dist.sampler._sample_kernels._uniform_sample": 4,   # int64/int32 indices and id tables
+    "pyg_dist.sampler._sample_kernels._filtered_fill": 1,    # weighted and temporal
+    "pyg_dist.rpc._routing._group_by_owner": 1,
+    "pyg_dist.sampler._gather._copy_rows": 4,           # int64, int32, byte words; int32 ids
+    "pyg_dist.sampler._node_index._insert": 1,
+    "pyg_dist.sampler._node_index._lookup": 1,
 }
 
 

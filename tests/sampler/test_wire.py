@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_dist.sampler.features import FeatureFetcher
-from pyg_dist.sampler.wire import normalize, to_wire
+from pyg_dist.sampler import FeatureFetcher
+from pyg_dist.sampler._wire import normalize, to_wire
 
 
 def _fetch(fetcher, nodes, edges, unique=True):
@@ -85,7 +85,7 @@ def test_per_attribute_choice_and_bad_specs(hetero_parted):
 
 def test_a_peer_sending_the_wrong_wire_type_is_refused(hetero_parted):
     """A response in float16 where bfloat16 was asked is named, never reinterpreted."""
-    from pyg_dist.sampler.checks import RemoteResponseError
+    from pyg_dist.sampler._checks import RemoteResponseError
 
     def tamper(rank, request, response):
         for attrs in response.nodes.values():

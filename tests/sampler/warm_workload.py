@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sampler_helpers import Parted, load_parted, small_hetero  # noqa: E402
 
 from pyg_dist import Partitioner  # noqa: E402
-from pyg_dist.sampler.features import FeatureFetcher  # noqa: E402
-from pyg_dist.sampler.hop_state import HopState  # noqa: E402
-from pyg_dist.sampler.warmup import warm_up  # noqa: E402
-from pyg_dist.testing.graphs import encode_ids  # noqa: E402
+from pyg_dist.sampler import FeatureFetcher  # noqa: E402
+from pyg_dist.sampler._hop_state import HopState  # noqa: E402
+from pyg_dist.sampler._warmup import warm_up  # noqa: E402
+from pyg_dist.testing import encode_ids  # noqa: E402
 
 
 def signatures() -> Dict[str, Set[str]]:

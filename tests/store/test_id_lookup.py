@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-from pyg_dist.store.ids import BatchIds, OwnedIds, check_ids
+from pyg_dist.store._original_ids import BatchIds, OwnedIds, check_ids
 
 
 @pytest.mark.parametrize("ids", [torch.tensor([3, 8, 9, 20, 41]),      # increasing: searchsorted

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, PartitionFormatError, Partitioner
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format import io
+from pyg_dist.datasets import community_graph, hetero_community_graph
+from pyg_dist.format import _partition_io as io
 from pyg_dist.memory import process_memory
 from pyg_dist.testing import run_ranks
 

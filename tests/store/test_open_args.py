@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.datasets.synthetic import community_graph
+from pyg_dist.datasets import community_graph
 
 STORES = (LocalGraphStore, LocalFeatureStore)
 

@@ -16,9 +16,9 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pyg_dist import LocalFeatureStore, LocalGraphStore, Partitioner
-from pyg_dist.datasets.synthetic import community_graph, hetero_community_graph
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.testing.graphs import encode_ids, typed
+from pyg_dist.datasets import community_graph, hetero_community_graph
+from pyg_dist.format import read_part_ids
+from pyg_dist.testing import encode_ids, typed
 
 
 @pytest.fixture(scope="module")

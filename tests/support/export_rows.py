@@ -13,8 +13,8 @@ import torch
 from pyg_dist import (DistContext, LocalFeatureStore, LocalGraphStore, init_process_group,
                       init_rpc, shutdown_rpc)
 from pyg_dist.embedding import DistTensor
-from pyg_dist.format import io
-from pyg_dist.inference import export
+from pyg_dist.format import _partition_io as io
+from pyg_dist.inference import _export as export
 
 
 def main(root: str, out: str, value: float) -> None:

@@ -43,10 +43,10 @@ from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 import pyg_dist
 from pyg_dist import checkpoint, loop
-from pyg_dist.checkpoint import files as checkpoint_files
-from pyg_dist.loader.base import DistLoader
-from pyg_dist.rpc import runtime
-from pyg_dist.sampler import direct
+from pyg_dist.checkpoint import _files as checkpoint_files
+from pyg_dist.loader._base import DistLoader
+from pyg_dist.rpc import _runtime as runtime
+from pyg_dist.sampler import _direct as direct
 from pyg_dist.memory import process_memory
 
 PREFIX = "instrument: "

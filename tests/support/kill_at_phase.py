@@ -13,7 +13,7 @@ rank, the phase's end is followed by ``SIGKILL`` of the process (not an exceptio
 output folder (the ``renamed`` phase watches renames of it). Phases (:data:`PHASES`):
 
 - ``assign``, ``relabel``, ``order_edges``, ``copy_rows``, ``uid``: the partition
-  pipeline's steps (:meth:`~pyg_dist.partition.pipeline.Team.reached`);
+  pipeline's steps (:meth:`~pyg_dist.partition._pipeline.Team.reached`);
 - ``part_<p>``: partition ``p``'s files are written;
 - ``pairs``: the first of this rank's export file pairs is written; ``manifest``: the export's
   manifest is written;
@@ -69,8 +69,8 @@ def before(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
 
 
 def arm_pipeline(phase: str) -> None:
-    from pyg_dist.partition import pipeline
-    from pyg_dist.partition.distributed import team
+    from pyg_dist.partition import _pipeline as pipeline
+    from pyg_dist.partition._distributed import team
 
     if phase in PIPELINE:
         for cls in (pipeline.OneProcess, team.RankTeam):
@@ -85,7 +85,7 @@ def arm_pipeline(phase: str) -> None:
 
 
 def arm_export(phase: str) -> None:
-    export = importlib.import_module("pyg_dist.inference.export")
+    export = importlib.import_module("pyg_dist.inference._export")
     if phase == "pairs":
         export._write_pair = after(export._write_pair, phase)
     elif phase == "manifest":
@@ -94,8 +94,8 @@ def arm_export(phase: str) -> None:
 
 def arm_files(phase: str, out: Path) -> None:
     """``synced`` and ``renamed``: the atomic publication of
-    :mod:`pyg_dist.format.files`, whichever way it renames."""
-    from pyg_dist.format import files, renames
+    :mod:`pyg_dist.format._files`, whichever way it renames."""
+    from pyg_dist.format import _files as files, _renames as renames
 
     if phase == "synced":
         files.sync_tree = after(files.sync_tree, phase)

@@ -18,7 +18,7 @@ import time
 
 from pyg_dist import (DistContext, DistNeighborLoader, LocalFeatureStore, LocalGraphStore,
                       init_process_group, node_split, shutdown_rpc)
-from pyg_dist.rpc import runtime
+from pyg_dist.rpc import _runtime as runtime
 
 DELAY = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 _WRAP = runtime.wrap_future

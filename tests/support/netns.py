@@ -27,7 +27,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from pyg_dist.rpc.network import NETWORK_ONLY_ENV
+from pyg_dist.rpc._network import NETWORK_ONLY_ENV
 
 PREFIX = "pgd"  # every namespace, bridge and veth this module creates starts with it
 SUBNET = "198.18.0"

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_dist.format import io
-from pyg_dist.format.id_maps import read_part_ids
-from pyg_dist.typing import EdgeType, NodeType
+from pyg_dist.format import _partition_io as io
+from pyg_dist.format import read_part_ids
+from pyg_dist._typing import EdgeType, NodeType
 
 SPLITS = ("train", "val", "test")
 

@@ -3,7 +3,7 @@
 ``torchrun --nproc-per-node=N script.py ...`` starts N + 1 interpreters, and each spends
 about 10 s of CPU importing torch, torch_geometric and pyg_dist before the script's first
 line: on 2 cores that was most of what an end-to-end test of an example cost.
-:func:`run_script` forks every rank from the fork server of :mod:`pyg_dist.testing.launch`
+:func:`run_script` forks every rank from the fork server of :mod:`pyg_dist.testing._launch`
 (which imported them once) and runs the script there as ``__main__``, with its
 ``sys.argv``, torchrun's environment variables and a session of its own. This process
 plays torchrun's agent: it hosts a new rendezvous store for every attempt, gathers every
@@ -13,7 +13,7 @@ SIGKILL after a grace period), restarts them all up to ``max_restarts`` times
 a failure).
 
 What differs from torchrun: modules the fork server imported read their environment
-variables then, not the script's (see :mod:`pyg_dist.testing.launch`); the failure report
+variables then, not the script's (see :mod:`pyg_dist.testing._launch`); the failure report
 is one line per failed rank, not torchrun's; elastic membership (``--rdzv-backend c10d``
 with changing nodes) is not modelled. Tests of torchrun's own behaviour (its report, its
 signals, a lost agent, several machines) start the real one.
@@ -36,7 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from pyg_dist.testing.launch import free_port, process_context, torchrun_env
+from pyg_dist.testing._launch import free_port, process_context, torchrun_env
 
 #: seconds a failed attempt's other ranks get to end after SIGTERM (torchrun: 30)
 STOP_GRACE_S = 10.0

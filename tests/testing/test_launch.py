@@ -25,14 +25,14 @@ def test_a_rank_that_crashes_after_its_result_fails_the_run() -> None:
 
 
 def _warm_up_seconds() -> float:
-    from pyg_dist.sampler.warmup import warm_up
+    from pyg_dist.sampler._warmup import warm_up
 
     return warm_up()
 
 
 @pytest.mark.timeout(60)
 def test_forked_ranks_start_with_the_kernels_loaded() -> None:
-    """The fork server warmed numba up once (pyg_dist.loader.preload): a forked rank's
+    """The fork server warmed numba up once (pyg_dist.loader._preload): a forked rank's
     warm_up() has nothing left to do; a spawned one loads every kernel itself."""
     assert run_ranks(_warm_up_seconds, 2, timeout=30) == [0.0, 0.0]
     assert run_ranks(_warm_up_seconds, 1, timeout=60, start_method="spawn")[0] > 0.0
@@ -41,7 +41,7 @@ def test_forked_ranks_start_with_the_kernels_loaded() -> None:
 def _parents_of_rank_and_its_worker() -> tuple:
     """This rank's parent and pid, and the parent of a process it starts the way sampler
     workers start."""
-    from pyg_dist.loader.workers import worker_context
+    from pyg_dist.loader._workers import worker_context
 
     ctx = worker_context()
     out, into = ctx.Pipe(duplex=False)

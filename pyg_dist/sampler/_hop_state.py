@@ -1,0 +1,363 @@
+"""The growing computation graph of one minibatch: dedupe, relabel, frontier, edges.
+
+Pure bookkeeping (no RPC): the sampler feeds it each hop's neighbours and reads
+the next frontier. In disjoint mode a node is identified by ``(subtree, id)``,
+encoded as ``subtree << 40 | id`` so one hash map per node type serves both modes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_dist.sampler._node_index import NodeIndex, NodeIndexPool
+from pyg_dist.sampler._types import HopRequest, HopResponse, SampledSubgraph
+from pyg_dist._typing import EdgeType, NodeType
+
+ID_BITS = 40
+ID_MASK = (1 << ID_BITS) - 1
+
+#: the largest fan-out whose room is reserved ahead (:meth:`HopState.spares`)
+SPARE_MAX_FANOUT = 1 << 12
+
+
+class Column:
+    """One int64 column of a batch's sampled edges (their original ids), grown across
+    hops: a piece is copied onto its end, unless a kernel drew it straight into
+    :meth:`spare` (then it costs nothing), so the batch needs no concatenation at the
+    end. Pieces drawn in place are appended in the order their room was handed out
+    (the sampler merges the hops run in this process first, in that order), so each
+    is found where it was drawn.
+
+    Args:
+        capacity (int): room to start with (what the last batch needed).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.data = torch.empty(max(int(capacity), 0), dtype=torch.long)
+        self.size = 0
+        self.peak = 0  # the most room needed so far (the next batch's capacity)
+
+    def spare(self, n: int, ahead: int = 0) -> Tensor:
+        """Room for a kernel to draw at least ``n`` values into, after the end and the
+        ``ahead`` values that pieces to be appended before this one take."""
+        self._reserve(ahead + n)
+        return self.data[self.size + ahead:]
+
+    def _reserve(self, n: int) -> None:
+        self.peak = max(self.peak, self.size + n)
+        if self.size + n > self.data.numel():
+            grown = torch.empty(max(2 * self.data.numel(), self.size + n), dtype=torch.long)
+            grown[:self.size] = self.data[:self.size]
+            self.data = grown
+
+    def append(self, piece: Tensor) -> None:
+        """Adds ``piece`` at the end (nothing is copied when it was drawn in place)."""
+        n = piece.numel()
+        if n == 0:
+            return
+        if not (self.size + n <= self.data.numel()
+                and piece.data_ptr() == self.data[self.size:].data_ptr()):
+            self._reserve(n)
+            self.data[self.size:self.size + n] = piece
+        self.size += n
+
+    def scatter_tail(self, start: int, dest: Tensor) -> None:
+        """Moves the values from ``start`` to the end: value ``i`` of that tail goes to
+        position ``dest[i]`` of it (``dest`` a permutation of the tail's positions)."""
+        tail = self.data[start:self.size]
+        tail[dest] = tail.clone()
+
+    def result(self) -> Tensor:
+        """The column: a view of the buffer, or a copy where it would hold a third more
+        memory than the column needs."""
+        out = self.data[:self.size]
+        return out if 4 * self.size >= 3 * self.data.numel() else out.clone()
+
+
+@dataclass
+class EdgePiece:
+    """One partition's edges of one edge type in one hop."""
+    col: Tensor             # destination of each edge (position in its type's node list)
+    nbrs: Tensor            # neighbour (source) of each edge, global id
+    eids: Tensor            # edge ids
+    batch: Optional[Tensor]     # subtree of each edge's destination (disjoint mode)
+    original: Optional[Tensor]  # the edges' original ids (when recorded)
+    seeds: Tensor           # the piece's destinations, ascending, each once
+    counts: Tensor          # edges per destination
+
+
+def seed_order(pieces: List[EdgePiece]) -> Tensor:
+    """Where each edge of the concatenated ``pieces`` goes when all are ordered by
+    destination (a destination's edges keep their order; destinations of different
+    pieces never coincide): a permutation of ``range(total edges)``."""
+    seeds = torch.cat([p.seeds for p in pieces])
+    counts = torch.cat([p.counts for p in pieces]).to(torch.long)
+    total = int(counts.sum())
+    if seeds.numel() == 0:
+        return torch.empty(0, dtype=torch.long)
+    starts = torch.cumsum(counts, 0) - counts  # each seed's first edge, as given
+    lo, hi = (int(v) for v in torch.aminmax(seeds))
+    by_seed = torch.zeros(hi - lo + 1, dtype=torch.long)  # seeds are frontier positions
+    by_seed[seeds - lo] = counts
+    ordered = (torch.cumsum(by_seed, 0) - by_seed)[seeds - lo]  # ... once in order
+    return torch.arange(total) + torch.repeat_interleave(ordered - starts, counts,
+                                                         output_size=total)
+
+
+@dataclass
+class Frontier:
+    """Nodes of one type added in the previous hop."""
+    ids: Tensor          # global ids
+    local: Tensor        # positions in the type's node list
+    batch: Optional[Tensor]  # subtree of each node (disjoint mode)
+    time: Optional[Tensor]   # seed time of each node's subtree (temporal mode)
+
+
+class HopState:
+    """Nodes seen so far (per type), the current frontier and the sampled edges.
+
+    Args:
+        seeds: global seed ids per node type (unique unless ``disjoint``).
+        disjoint: identify nodes per subtree; every seed starts a subtree of its own,
+            numbered over the seed types in order (the second type's first seed starts
+            the subtree after the first type's last), as PyG's samplers number them.
+        seed_time: time of each seed (temporal sampling).
+        capacity_hint: expected nodes per type (sizes the hash maps).
+        original_eids: every hop brings the sampled edges' original ids too (the
+            output's ``original_edge``, kept in :class:`Column` s).
+        edge_hints: room per edge type of those columns, read at the start and updated
+            at :meth:`output` (the sampler keeps one dict across batches).
+        pool (NodeIndexPool, optional): where the hash tables come from and go back to
+            (:meth:`release`); default: new ones.
+    """
+
+    def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
+                 seed_time: Optional[Dict[NodeType, Tensor]] = None,
+                 capacity_hint: int = 1024, original_eids: bool = False,
+                 edge_hints: Optional[Dict[EdgeType, int]] = None,
+                 pool: Optional[NodeIndexPool] = None) -> None:
+        self.disjoint = disjoint
+        self.pool = pool
+        self.original: Optional[Dict[EdgeType, Column]] = {} if original_eids else None
+        self._drawn: Dict[EdgeType, int] = {}  # this hop's values drawn into spares so far
+        self.edge_hints = edge_hints if edge_hints is not None else {}
+        self.index: Dict[NodeType, NodeIndex] = {}
+        self.frontier: Dict[NodeType, Frontier] = {}
+        self.num_nodes: Dict[NodeType, List[int]] = {}
+        self.rows: Dict[EdgeType, List[Tensor]] = {}
+        self.cols: Dict[EdgeType, List[Tensor]] = {}
+        self.eids: Dict[EdgeType, List[Tensor]] = {}
+        self.num_edges: Dict[EdgeType, List[int]] = {}
+        self.hops_done = 0
+        self.capacity_hint = capacity_hint
+        self.subtree_time = _subtree_time(seeds, seed_time) if disjoint else None
+        first = 0  # disjoint: the seeds of every type start subtrees of their own, in order
+        for node_type, ids in seeds.items():
+            batch = torch.arange(first, first + ids.numel()) if disjoint else None
+            first += ids.numel()
+            self.index[node_type] = self._new_index(ids.numel())
+            self.index[node_type].insert(self._keys(ids, batch))
+            self.num_nodes[node_type] = [ids.numel()]
+            self.frontier[node_type] = Frontier(ids, torch.arange(ids.numel()), batch,
+                                                self._time_of(batch))
+
+    def _new_index(self, size: int) -> NodeIndex:
+        hint = max(self.capacity_hint, size)
+        return self.pool.take(hint) if self.pool is not None else NodeIndex(hint)
+
+    def release(self) -> None:
+        """Gives the hash tables back to the pool (after :meth:`output`; the state is
+        done with)."""
+        if self.pool is not None:
+            for index in self.index.values():
+                self.pool.give(index)
+        self.index = {}
+
+    def _keys(self, ids: Tensor, batch: Optional[Tensor]) -> Tensor:
+        """Hash keys: the ids, or ``subtree << ID_BITS | id`` in disjoint mode (ids and
+        subtrees must fit their bits, or nodes of different subtrees would collide)."""
+        if batch is None or ids.numel() == 0:
+            return ids
+        lo, hi = (int(v) for v in torch.aminmax(ids))
+        if lo >= 0 and (hi > ID_MASK or int(batch.max()) >= 1 << (63 - ID_BITS)):
+            raise ValueError(f"disjoint sampling encodes (subtree, id) in 64 bits: ids must "
+                             f"be below 2^{ID_BITS} and subtrees below 2^{63 - ID_BITS}, "
+                             f"got id {hi}")
+        return (batch << ID_BITS) | ids  # a negative id is refused by the NodeIndex
+
+    def _time_of(self, batch: Optional[Tensor]) -> Optional[Tensor]:
+        if self.subtree_time is None or batch is None:
+            return None
+        return self.subtree_time[batch]
+
+    def add_edges(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
+                  batch: Optional[Tensor], original: Optional[Tensor] = None) -> None:
+        """Records sampled edges ``nbrs -> node col`` (``col`` indexes ``edge_type[2]``).
+
+        ``batch`` is the subtree of each edge's destination (disjoint mode);
+        ``original`` the edges' original ids (needed when the state tracks them).
+        """
+        if self.original is not None:
+            if original is None:
+                raise ValueError("this hop state records original edge ids: pass them")
+            self._column(edge_type).append(original)
+        self._add_nodes(edge_type, col, nbrs, eids, batch)
+
+    def _add_nodes(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
+                   batch: Optional[Tensor]) -> None:
+        src_type = edge_type[0]
+        if src_type not in self.index:
+            self.index[src_type] = self._new_index(nbrs.numel())
+            self.num_nodes[src_type] = [0] * (self.hops_done + 1)
+        row = self.index[src_type].insert(self._keys(nbrs, batch))
+        self.rows.setdefault(edge_type, []).append(row)
+        self.cols.setdefault(edge_type, []).append(col)
+        self.eids.setdefault(edge_type, []).append(eids)
+
+    def add_hop_edges(self, edge_type: EdgeType, pieces: List[EdgePiece]) -> int:
+        """Records one hop's edges of ``edge_type`` that several partitions sampled, in
+        a single machine's order: by destination (their position in the frontier), each
+        destination's neighbours in the order its owner listed them. The pieces are
+        given in merge order (own, direct, remote: see :meth:`Column.append`), each
+        with its destinations ascending and disjoint from the other pieces'. Returns the
+        number of edges added."""
+        if len(pieces) == 1:
+            p = pieces[0]
+            self.add_edges(edge_type, p.col, p.nbrs, p.eids, p.batch, p.original)
+            return int(p.nbrs.numel())
+        dest = seed_order(pieces)
+        if self.original is not None:
+            if any(p.original is None for p in pieces):
+                raise ValueError("this hop state records original edge ids: pass them")
+            column = self._column(edge_type)
+            start = column.size
+            for p in pieces:  # in place where drawn, then put in order
+                column.append(p.original)
+            column.scatter_tail(start, dest)
+
+        def ordered(parts: List[Tensor]) -> Tensor:
+            cat = torch.cat(parts)
+            out = torch.empty_like(cat)
+            out[dest] = cat
+            return out
+
+        batch = ordered([p.batch for p in pieces]) if pieces[0].batch is not None else None
+        self._add_nodes(edge_type, ordered([p.col for p in pieces]),
+                        ordered([p.nbrs for p in pieces]), ordered([p.eids for p in pieces]),
+                        batch)
+        return int(dest.numel())
+
+    def _column(self, edge_type: EdgeType) -> Column:
+        if edge_type not in self.original:
+            self.original[edge_type] = Column(self.edge_hints.get(edge_type, 0))
+        return self.original[edge_type]
+
+    def spares(self, request: Optional[HopRequest]) -> Optional[List[Optional[Tensor]]]:
+        """Per edge type of a hop ``request`` run in this process (its own partition's,
+        or a same-machine partition's read directly), the room its edges' original ids
+        may be drawn into: after those that requests before it in this hop drew (see
+        :meth:`drew`; ``None``: not recorded, or no bound on a fan-out of -1, or one
+        above :data:`SPARE_MAX_FANOUT`, which the kernel draws into an array of the size
+        it drew: room for ``seeds x fanout`` would be bounded by no degree)."""
+        if self.original is None or request is None:
+            return None
+        return [self._column(t).spare(seeds.numel() * fanout, self._drawn.get(t, 0))
+                if 0 <= fanout <= SPARE_MAX_FANOUT else None
+                for t, seeds, fanout in zip(request.edge_types, request.seeds,
+                                            request.fanouts)]
+
+    def drew(self, request: HopRequest, response: HopResponse) -> None:
+        """Records a response to a request given :meth:`spares`: the next request's room
+        starts after its pieces (merged in the same order)."""
+        for t, values in zip(request.edge_types, response.original_eids or ()):
+            self._drawn[t] = self._drawn.get(t, 0) + values.numel()
+
+    def end_hop(self, sampled: Dict[EdgeType, int]) -> None:
+        """Closes a hop: the nodes added during it become the next frontier.
+
+        ``sampled`` holds the number of edges sampled per edge type (every type).
+        """
+        for edge_type, n in sampled.items():
+            self.num_edges.setdefault(edge_type, []).append(n)
+        self.hops_done += 1
+        self._drawn = {}
+        self.frontier = {}
+        for node_type, index in self.index.items():
+            before = sum(self.num_nodes[node_type])
+            added = len(index) - before
+            self.num_nodes[node_type].append(added)
+            if added == 0:
+                continue
+            keys = index.keys_since(before)
+            ids, batch = (keys & ID_MASK, keys >> ID_BITS) if self.disjoint else (keys, None)
+            self.frontier[node_type] = Frontier(ids, torch.arange(before, len(index)), batch,
+                                                self._time_of(batch))
+
+    def output(self, edge_types: List[EdgeType]) -> SampledSubgraph:
+        """The sampled subgraph with every edge type present (possibly empty)."""
+        empty = torch.empty(0, dtype=torch.long)
+        node, batch = {}, ({} if self.disjoint else None)
+        for node_type, index in self.index.items():
+            keys = index.keys
+            node[node_type] = keys & ID_MASK if self.disjoint else keys
+            if batch is not None:
+                batch[node_type] = keys >> ID_BITS
+
+        def cat(parts: Dict[EdgeType, List[Tensor]], t: EdgeType) -> Tensor:
+            return torch.cat(parts[t]) if t in parts else empty
+
+        hops = self.hops_done
+        pairs = {t: _edge_pair(self.rows.get(t), self.cols.get(t)) for t in edge_types}
+        return SampledSubgraph(
+            node=node, row={t: pair[0] for t, pair in pairs.items()},
+            col={t: pair[1] for t, pair in pairs.items()},
+            edge={t: cat(self.eids, t) for t in edge_types}, batch=batch,
+            num_sampled_nodes=dict(self.num_nodes),
+            num_sampled_edges={t: self.num_edges.get(t, [0] * hops) for t in edge_types},
+            original_edge=None if self.original is None else self._original(edge_types))
+
+    def _original(self, edge_types: List[EdgeType]) -> Dict[EdgeType, Tensor]:
+        for t, column in self.original.items():
+            self.edge_hints[t] = column.peak + column.peak // 8
+        return {t: self.original[t].result() if t in self.original
+                else torch.empty(0, dtype=torch.long) for t in edge_types}
+
+
+def _edge_pair(rows: Optional[List[Tensor]], cols: Optional[List[Tensor]]
+               ) -> Tuple[Tensor, Tensor]:
+    """The rows and columns of an edge type's pieces, concatenated into the two rows of
+    one ``[2, E]`` tensor (:func:`edge_index` gives it back without a copy)."""
+    if not rows:
+        empty = torch.empty(0, dtype=torch.long)
+        return empty, empty
+    both = torch.empty(2, sum(r.numel() for r in rows), dtype=torch.long)
+    torch.cat(rows, out=both[0])
+    torch.cat(cols, out=both[1])
+    return both[0], both[1]
+
+
+def edge_index(row: Tensor, col: Tensor) -> Tensor:
+    """``torch.stack([row, col])``, without a copy when ``row`` and ``col`` are the two
+    rows of one ``[2, E]`` tensor (as :meth:`HopState.output` makes them)."""
+    base = row._base
+    if base is not None and col._base is base and base.dim() == 2 and \
+            base.shape == (2, row.numel()) and base.is_contiguous() and \
+            row.data_ptr() == base.data_ptr() and \
+            col.data_ptr() == base.data_ptr() + row.numel() * base.element_size():
+        return base
+    return torch.stack([row, col])
+
+
+def _subtree_time(seeds: Dict[NodeType, Tensor],
+                  seed_time: Optional[Dict[NodeType, Tensor]]) -> Optional[Tensor]:
+    """Time of every subtree: its seed's time (subtrees numbered over the seed types in
+    order, as :class:`HopState` numbers them)."""
+    if not seed_time:
+        return None
+    missing = [t for t in seeds if t not in seed_time]
+    if missing:
+        raise ValueError(f"temporal sampling: no seed time for seed node type(s) {missing}")
+    return torch.cat([seed_time[t].view(-1).long() for t in seeds])
