@@ -154,22 +154,55 @@ def _smallest(vals, keys, ties, cand, m, k, heap, out, at) -> None:
         _sift(vals, keys, ties, heap, cand, 0, n - 1)
 
 
-@numba.njit(inline="always", **_JIT)
-def _insert(bv, be, held, k, v, e, keys, ties) -> int:
-    """Keeps ``bv/be[:held]`` the (at most ``k``) first-ranked values and edges seen, in
-    rank order, adding value ``v`` of edge ``e``; returns how many are held."""
-    if held == k:
-        if not _ahead(v, e, bv[k - 1], be[k - 1], keys, ties):
-            return held
-        j = k - 1
-    else:
-        j = held
-        held += 1
-    while j > 0 and _ahead(v, e, bv[j - 1], be[j - 1], keys, ties):
-        bv[j], be[j] = bv[j - 1], be[j - 1]
-        j -= 1
-    bv[j], be[j] = v, e
-    return held
+@numba.njit(**_JIT)
+def _candidates(keys, weights, seed, a, b, k, use_weight, vals, cand) -> int:
+    """The eligible in-edges ``a..b`` of one seed into ``cand`` and their ``r`` (``r / w``)
+    into ``vals``; returns how many. An unweighted row of more than ``2k`` edges keeps
+    only those with ``r < 2k / degree`` (``r`` is uniform: about ``2k`` of them), which
+    hold its ``k`` first-ranked whenever there are at least ``k``; otherwise (rarely)
+    every edge is kept."""
+    m = 0
+    if use_weight:
+        for e in range(a, b):
+            if weights[e] > 0.0:
+                vals[m], cand[m] = _variate(seed, np.uint64(keys[e])) / weights[e], e
+                m += 1
+        return m
+    if 2 * k < b - a:
+        tau = 2.0 * k / (b - a)
+        for e in range(a, b):  # branch-free: every edge written, kept if below tau
+            r = _variate(seed, np.uint64(keys[e]))
+            vals[m], cand[m] = r, e
+            m += r < tau
+        if m >= k:
+            return m
+        m = 0
+    for e in range(a, b):
+        vals[m], cand[m] = _variate(seed, np.uint64(keys[e])), e
+        m += 1
+    return m
+
+
+@numba.njit(**_JIT)
+def _first_k(vals, cand, m, k, keys, ties, bv, out, at) -> None:
+    """Writes the edges of the ``k`` first-ranked of ``cand[:m]`` (``k <= m``) to
+    ``out[at:at+k]`` in rank order (their values in ``bv``): the first ``k`` sorted by
+    insertion, then only a candidate ranking before the current ``k``-th is inserted."""
+    if k == 0:
+        return
+    for j in range(m):
+        v, e = vals[j], cand[j]
+        if j < k:
+            q = j
+        elif v > bv[k - 1] or (v == bv[k - 1] and
+                               not _ahead(v, e, bv[k - 1], out[at + k - 1], keys, ties)):
+            continue
+        else:
+            q = k - 1
+        while q > 0 and _ahead(v, e, bv[q - 1], out[at + q - 1], keys, ties):
+            bv[q], out[at + q] = bv[q - 1], out[at + q - 1]
+            q -= 1
+        bv[q], out[at + q] = v, e
 
 
 @numba.njit(**_JIT)
@@ -217,25 +250,15 @@ def _labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
         widest = max(widest, end[i] - start[i])
     pos = np.empty(counts.sum(), dtype=np.int64)
     vals, cand = np.empty(widest, dtype=np.float64), np.empty(widest, dtype=np.int64)
-    heap = np.empty(widest, dtype=np.int64)
+    heap, bv = np.empty(widest, dtype=np.int64), np.empty(_INSERT_MAX, dtype=np.float64)
     at = 0
     for i in range(n):
         if i + PREFETCH_AHEAD < n:
             prefetch(keys, start[i + PREFETCH_AHEAD])
-        k, m = counts[i], 0
-        for e in range(start[i], end[i]):
-            if use_weight and not weights[e] > 0.0:
-                continue
-            r = _variate(seed, np.uint64(keys[e]))
-            if use_weight:
-                r /= weights[e]
-            if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
-                m = _insert(vals, cand, m, k, r, e, keys, ties)
-            else:
-                vals[m], cand[m] = r, e
-                m += 1
-        if k <= _INSERT_MAX:
-            pos[at:at + k] = cand[:k]
+        k = counts[i]
+        m = _candidates(keys, weights, seed, start[i], end[i], k, use_weight, vals, cand)
+        if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
+            _first_k(vals, cand, m, k, keys, ties, bv, pos, at)
         else:
             _smallest(vals, keys, ties, cand, m, k, heap, pos, at)
         at += k

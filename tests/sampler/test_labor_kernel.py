@@ -66,6 +66,29 @@ def test_kernel_equals_reference(weighted, fanout):
         assert torch.equal(hop.counts, deg if fanout < 0 else deg.clamp(max=fanout))
 
 
+@pytest.mark.parametrize("fanout", [1, 2, 5])
+def test_prefilter_below_2k_over_degree_keeps_the_reference_picks(fanout):
+    """Rows of more than 2k edges keep only edges with r < 2k/degree before ranking; rows
+    where fewer than k fall below it (the fallback to every edge) and rows where enough
+    do both draw exactly the reference's edges, in order, repeated edges included."""
+    colptr, row, eid = _graph(n=200, m=8000, seed=3)  # degree ~40, 1 in 7 edges repeated
+    seeds = torch.arange(200)
+    for random_seed in range(6):
+        hop = _kernel(colptr, row, eid, seeds, fanout, random_seed)
+        ref = labor_sample({HOMO_EDGE: (colptr, row, None, eid)}, {HOMO_NODE: seeds},
+                           {HOMO_EDGE: [fanout]}, random_seed)
+        dst, src, edge = ref.hops[0][HOMO_EDGE]
+        assert torch.equal(torch.repeat_interleave(seeds, hop.counts), dst)
+        assert torch.equal(hop.nbrs, src) and torch.equal(hop.values, edge)
+    seed = type_seed(hop_seed(5, 0), HOMO_NODE)  # both paths were taken (last seed)
+    r = variates(row.numpy(), seed)
+    deg = (colptr[1:] - colptr[:-1]).numpy()
+    per_edge = np.repeat(2 * fanout / np.maximum(deg, 1), deg)  # each edge's row's bound
+    below = np.add.reduceat(r < per_edge, colptr[:-1].numpy())
+    wide = deg > 2 * fanout
+    assert ((below < fanout) & wide).any() and ((below >= fanout) & wide).any()
+
+
 def test_seeds_with_shared_neighbours_pick_the_same_ones():
     """The point of LABOR: two seeds with the same candidates draw the same k."""
     colptr = torch.tensor([0, 20, 40])
