@@ -22,7 +22,7 @@ from torch_geometric.nn import GraphSAGE
 
 import pyg_dist
 from pyg_dist import checkpoint, loop
-from pyg_dist.inference import _export as export
+from pyg_dist.inference import export
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--partition-dir", required=True, help="output of pyg-dist-partition")

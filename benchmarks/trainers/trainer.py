@@ -19,7 +19,7 @@ import torch
 import pyg_dist
 from pyg_dist import (DistNeighborLoader, LocalFeatureStore, LocalGraphStore, PartitionMeta,
                       checkpoint, loop, node_split, read_meta)
-from pyg_dist.inference import _export as export
+from pyg_dist.inference import export
 
 #: ``step(batch) -> (loss, correct, count)``: one optimisation step on one batch
 Step = Callable[[Any], Tuple[float, int, int]]

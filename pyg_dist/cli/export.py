@@ -32,7 +32,7 @@ from pyg_dist.checkpoint import CheckpointError
 from pyg_dist.cli._common import Parser, UsageError, run_main
 from pyg_dist.format import _partition_io as io
 from pyg_dist.format._meta import PartitionFormatError
-from pyg_dist.inference import _export as export, infer
+from pyg_dist.inference import export, infer
 from pyg_dist.rpc import DistContext, shutdown_rpc
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 

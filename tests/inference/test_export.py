@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from infer_models import build, references
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
-from pyg_dist.inference import ExportFormatError, _export as export, _layerwise as layerwise, read_export
+from pyg_dist.inference import ExportFormatError, export, layerwise, read_export
 from pyg_dist.format import _partition_io as io
 from pyg_dist.testing import run_ranks
 
@@ -115,7 +115,7 @@ _KILLED = """
 import os, sys, numpy as np
 from pathlib import Path
 from pyg_dist import LocalFeatureStore, LocalGraphStore
-from pyg_dist.inference import _export as export, _layerwise as layerwise
+from pyg_dist.inference import export, layerwise
 sys.path.insert(0, {tests!r})
 from infer_models import build
 root = Path({root!r})

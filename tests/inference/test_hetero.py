@@ -17,7 +17,7 @@ from torch_geometric.nn import SAGEConv, to_hetero
 from infer_models import HETERO, build_hetero, hetero_expected
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
 from pyg_dist.format import _partition_io as io
-from pyg_dist.inference import NotLayerwiseError, _layerwise as layerwise, _tensor_rows as rows
+from pyg_dist.inference import NotLayerwiseError, layerwise, _tensor_rows as rows
 from pyg_dist.testing import run_ranks
 
 NAMES = list(HETERO)

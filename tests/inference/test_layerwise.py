@@ -18,7 +18,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 from infer_models import MODELS, build, generated_graph, references
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
-from pyg_dist.inference import LayerwiseSpec, NotLayerwiseError, _layerwise as layerwise
+from pyg_dist.inference import LayerwiseSpec, NotLayerwiseError, layerwise
 from pyg_dist.inference import _tensor_rows as rows
 from pyg_dist.format import _partition_io as io
 from pyg_dist.format import read_id_map

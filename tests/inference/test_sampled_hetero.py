@@ -14,7 +14,7 @@ import torch.distributed as dist
 from infer_models import build_hetero, hetero_expected, hetero_references
 from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitioner, shutdown_rpc
 from pyg_dist.format import _partition_io as io
-from pyg_dist.inference import _export as export, infer, read_export, _tensor_rows as rows, _sampled as sampled
+from pyg_dist.inference import export, infer, read_export, _tensor_rows as rows, sampled
 from pyg_dist.testing import run_ranks
 
 TYPES = ["paper", "author", "institution"]

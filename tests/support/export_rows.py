@@ -14,7 +14,7 @@ from pyg_dist import (DistContext, LocalFeatureStore, LocalGraphStore, init_proc
                       init_rpc, shutdown_rpc)
 from pyg_dist.embedding import DistTensor
 from pyg_dist.format import _partition_io as io
-from pyg_dist.inference import _export as export
+from pyg_dist.inference import export
 
 
 def main(root: str, out: str, value: float) -> None:
