@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -319,12 +318,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         line["plot"] = plot(args.plot, res)
     except OSError as exc:  # a benchmark reports what it measured
         line["plot"] = f"not written: {exc}"
-    text = json.dumps(line)
-    if not args.no_save:
-        RESULTS.mkdir(exist_ok=True)
-        with open(RESULTS / "breakdown.json", "a") as f:
-            f.write(text + "\n")
-    print(text)
+    bench.report(line, None if args.no_save else "breakdown.json")
 
 
 def _launch(root: Path, parts: int, cfg: bench.BenchConfig, rounds: int) -> List[dict]:

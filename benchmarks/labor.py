@@ -39,10 +39,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sampling import (AFTER_REPORTING, ONE_THREAD, BenchConfig, machine_info,  # noqa: E402
+from sampling import (AFTER_REPORTING, ONE_THREAD, BenchConfig, machine_info, report,  # noqa: E402
                       partitioned, seed_batches)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 #: the variants timed: name -> DistNeighborSampler options
 VARIANTS = {"neighbor": {}, "labor": {"sampling_strategy": "labor"},
@@ -282,12 +281,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.setting in ("accuracy", "all"):
         res.update(run_accuracy(args))
     res["load_avg_end"] = machine_info()["load_avg"]
-    text = json.dumps(res)
-    if not args.no_save:
-        RESULTS.mkdir(exist_ok=True)
-        with open(RESULTS / "labor.jsonl", "a") as f:
-            f.write(text + "\n")
-    print(text)
+    report(res, None if args.no_save else "labor.jsonl")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,18 @@ def partitioned(cache: Path, kind: str, num_nodes: int, avg_degree: float, feat_
     return root
 
 
+def report(line: Dict[str, object], results_file: Optional[str]) -> None:
+    """Prints ``line`` as one JSON line and appends it to ``benchmarks/results/<file>``
+    (``None``: print only)."""
+    text = json.dumps(line)
+    if results_file is not None:
+        folder = Path(__file__).resolve().parent / "results"
+        folder.mkdir(exist_ok=True)
+        with open(folder / results_file, "a") as f:
+            f.write(text + "\n")
+    print(text)
+
+
 def machine_info() -> Dict[str, object]:
     """Where and when a benchmark ran: host, CPU model and count, memory, UTC date and the
     load average at the time (figures from a shared machine are read as ratios)."""
