@@ -23,7 +23,8 @@ nothing ran (bad input, or pyg-lib missing without a flag).
 Usage::
 
     python scripts/pyg_suite.py PATH_TO_PYG [--rev fada6a60a^] [-k EXPR]
-        [--without-pyg-lib | --pyg-lib-reference] [--timeout 300] [--keep]
+        [--without-pyg-lib | --pyg-lib-reference] [--timeout 300] [--total-timeout 3600]
+        [--keep]
 """
 from __future__ import annotations
 
@@ -213,7 +214,10 @@ def run(tests: Dict[str, str], args: argparse.Namespace, work: Path) -> Optional
         cmd += ["-k", args.k]
     proc = subprocess.Popen(cmd, cwd=work, env=env, start_new_session=True)
     try:
-        proc.wait()
+        proc.wait(timeout=args.total_timeout)
+    except subprocess.TimeoutExpired:  # a test's leftover children keep pytest waiting
+        print(f"pyg_suite: pytest still running after --total-timeout "
+              f"{args.total_timeout}s: stopped (results so far are lost)", file=sys.stderr)
     finally:  # processes a timed-out test started outlive it: end them with pytest's
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -230,6 +234,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--without-pyg-lib", action="store_true")
     parser.add_argument("--pyg-lib-reference", action="store_true")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test")
+    parser.add_argument("--total-timeout", type=int, default=3600,
+                        help="seconds for the whole run: pytest and every process it "
+                             "started are stopped then (PyG's tests can leave children "
+                             "that keep pytest waiting)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     has_pyg_lib = importlib.util.find_spec("pyg_lib") is not None
