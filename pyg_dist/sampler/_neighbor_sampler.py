@@ -42,6 +42,7 @@ from pyg_dist.sampler._types import (HopRequest, HopResponse, LinkSeeds,
 from pyg_dist.sampler._wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store._original_ids import check_ids
+from pyg_dist.store._memory_partition import options_meta, plan_partition
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, NodeType
 
 log = logging.getLogger("pyg_dist")
@@ -110,7 +111,7 @@ class DistNeighborSampler(BaseSampler):
                  layer_dependency: bool = False, **pyg_options: Any) -> None:
         data, num_neighbors, current_ctx = pyg_order(data, num_neighbors, current_ctx)
         accept_pyg_sampler_options(pyg_options)
-        features, graph = unpack_stores(data)
+        features, graph = unpack_stores(data, in_memory=True)
         keep_freed_memory()  # each batch's arrays reuse the last one's pages
         self.features, self.graph, self.meta = features, graph, graph.meta
         #: the sampling options it was built with (a loader given this sampler uses them)
@@ -120,10 +121,15 @@ class DistNeighborSampler(BaseSampler):
             weight_attr=weight_attr, sampling_strategy=sampling_strategy,
             layer_dependency=layer_dependency, feature_cache=feature_cache,
             wire_dtype=wire_dtype)
-        self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
-                                        disjoint, temporal_strategy, time_attr, weight_attr,
-                                        sampling_strategy, layer_dependency)
+        meta = self.meta if graph.is_partitioned else _options_meta(features, graph)
+        if meta is not None:  # else the stores' error is raised on every rank as they join
+            self.config = self.build_config(
+                meta, num_neighbors, replace, subgraph_type, disjoint, temporal_strategy,
+                time_attr, weight_attr, sampling_strategy, layer_dependency)
         self.group, self.local = serving_group(check_context(current_ctx), features, graph)
+        if not graph.is_partitioned:  # built in memory: sample the partition served
+            features, graph = self.local.features, self.local.graph
+            self.features, self.graph, self.meta = features, graph, graph.meta
         #: the partitions this process reads from their files on this machine
         self.direct = direct.of(self.group)
         self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
@@ -388,17 +394,39 @@ def pyg_metadata(seeds: Union[NodeSeeds, LinkSeeds]) -> tuple:
     return (seeds.input_id, seeds.edge_label_index, seeds.edge_label, seeds.edge_label_time)
 
 
+def _options_meta(features: LocalFeatureStore, graph: LocalGraphStore
+                  ) -> Optional[PartitionMeta]:
+    """What one rank knows of a graph built in memory (to check sampling options), or
+    ``None`` when its stores are refused (:func:`serve_in_memory` then raises the error
+    on every rank)."""
+    try:
+        return options_meta(plan_partition(features, graph))
+    except ValueError:
+        return None
+
+
 def _at(values: Optional[Tensor], pos: Tensor, whole: bool) -> Optional[Tensor]:
     """``values[pos]`` (``values`` itself when ``pos`` is every position in order)."""
     return values if values is None or whole else values[pos]
 
 
-def unpack_stores(data: object) -> Tuple[LocalFeatureStore, LocalGraphStore]:
+def unpack_stores(data: object, in_memory: bool = False
+                  ) -> Tuple[LocalFeatureStore, LocalGraphStore]:
+    """``(feature store, graph store)`` of ``data``; with ``in_memory``, stores built in
+    memory given a partition book (``graph_store.node_pb``) are accepted too (the
+    sampler serves them as the partition the book gives, :func:`serve_in_memory`).
+
+    Raises:
+        TypeError: ``data`` is not such a pair.
+        ValueError: stores built in memory where they cannot be used.
+    """
     if (not isinstance(data, (tuple, list)) or len(data) != 2
             or not isinstance(data[0], LocalFeatureStore)
             or not isinstance(data[1], LocalGraphStore)):
         raise TypeError("data must be a (LocalFeatureStore, LocalGraphStore) pair, got "
                         f"{type(data).__name__}")
+    if in_memory and not data[1].is_partitioned:
+        return data[0], data[1]  # checked as planned (plan_partition)
     if not (data[0].is_partitioned and data[1].is_partitioned):
         raise ValueError("data: stores built in memory (LocalFeatureStore() / from_data) "
                          "have no partitioning; pyg_dist's samplers and loaders need stores "

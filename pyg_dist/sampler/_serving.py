@@ -19,6 +19,7 @@ from pyg_dist.sampler import _direct as direct, _id_lookup as id_lookup, _link a
 from pyg_dist.sampler._local import LocalSampler, serving_objects
 from pyg_dist.sampler._warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
+from pyg_dist.store._memory_partition import MemoryPlan, build_partition, plan_partition
 
 #: the modules defining the callees a process serving a partition answers
 #: (``sampler.hop`` and ``sampler.features`` in local, ``sampler.has_edges`` in link,
@@ -109,7 +110,11 @@ def _agree_serving(group: RpcGroup, features: LocalFeatureStore, graph: LocalGra
 
 def serving_group(ctx: Optional[DistContext], features: LocalFeatureStore,
                   graph: LocalGraphStore) -> Tuple[RpcGroup, LocalSampler]:
-    """The RPC group serving this partition, joining it first if needed (collective)."""
+    """The RPC group serving this partition, joining it first if needed (collective).
+    Stores built in memory are served as the partition their book gives them
+    (:func:`serve_in_memory`); the :class:`LocalSampler` holds the stores served."""
+    if not (features.is_partitioned and graph.is_partitioned):
+        return serve_in_memory(ctx, features, graph)
     if not runtime.is_initialized():
         group = init_rpc(ctx, (features, graph))
         return group, group.served["sampler"]
@@ -154,3 +159,45 @@ def _start_serving(group: RpcGroup, features: LocalFeatureStore,
         for key in ("graph", "features", "sampler"):
             group.served.pop(key, None)
         raise
+
+
+#: what a graph store built in memory was served as: ``(feature store, graph store)``
+SERVED_AS = "_served_as"
+
+
+def serve_in_memory(ctx: Optional[DistContext], features: LocalFeatureStore,
+                    graph: LocalGraphStore) -> Tuple[RpcGroup, LocalSampler]:
+    """Serves stores built in memory with a partition book set by hand (collective).
+
+    Every rank checks its stores alone (:func:`plan_partition`), joins RPC if it has not,
+    and tells the others its edge counts; then each builds the partition it serves
+    (:func:`build_partition`) and serves it as a partition opened from a folder. An
+    error on one rank (e.g. no ``node_pb``) is raised on every rank. The pair is built
+    once: later samplers over the same stores share it, and the feature store refuses
+    ``put`` from then on (its rows were copied into the partition).
+    """
+    built = graph.__dict__.get(SERVED_AS)
+    if built is not None and built[0] is not None:
+        return serving_group(ctx, *built)
+    plan: Optional[MemoryPlan] = None
+    error: Optional[BaseException] = None
+    try:
+        plan = plan_partition(features, graph)
+    except ValueError as exc:  # raised on every rank by the exchange
+        error = exc
+    if runtime.is_initialized():
+        group = runtime.current()
+    else:
+        ctx = rendezvous_context(ctx or DistContext.from_env(), {})
+        parts = plan.num_parts if plan is not None else graph.num_partitions
+        group = runtime.join_rpc(ctx, parts if isinstance(parts, int) else ctx.world_size,
+                                 error=error)
+    infos = group.agree("serving stores built in memory",
+                        plan.must_match() if plan is not None else {},
+                        info=plan.info() if plan is not None else None, error=error)
+    built = build_partition(plan, infos)
+    graph.__dict__[SERVED_AS] = built
+    features.seal(f"it was copied into partition {plan.part} served to the other ranks "
+                  f"(a sampler was built over it); put before building samplers")
+    _start_serving(group, *built)
+    return group, group.served["sampler"]

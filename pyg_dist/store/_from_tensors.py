@@ -13,7 +13,7 @@ a graph store built in memory, and holds the edges a user puts beside a partitio
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Hashable, List, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Set, Tuple
 
 import torch
 from torch import Tensor
@@ -67,16 +67,23 @@ def check_global_ids(global_id: Any, group: Hashable) -> Tensor:
 
 class MemoryFeatures:
     """Attributes put in memory, by ``(group, attribute)`` in the order put, with the
-    original id of every row of a group (:meth:`put_global_id`)."""
+    original id of every row of a group (:meth:`put_global_id`).
+
+    A tensor put whole for a group with global ids has one row per id, in their order;
+    one with another number of rows is a *whole-graph* attribute (:attr:`whole`): one
+    row per node of the type, in original id order, as PyG keeps a node ``time`` for
+    every node in every partition (``index`` then takes any original id)."""
 
     def __init__(self) -> None:
         self.tensors: Dict[Key, Tensor] = {}
         self.global_ids: Dict[Hashable, OwnedIds] = {}
+        #: the attributes held for every node (edge), indexed by original id
+        self.whole: Set[Key] = set()
 
     def rows(self, group: Hashable, attr_name: str, index: Any) -> Tensor:
         """Rows of original ids ``index`` (a tensor or a slice) of ``group``."""
         owned = self.global_ids.get(group)
-        if owned is None:  # never relabelled: id = row
+        if owned is None or (group, attr_name) in self.whole:  # id = row
             size = self.tensors[(group, attr_name)].size(0)
             if isinstance(index, slice):
                 return torch.arange(size)[index]
@@ -89,10 +96,13 @@ class MemoryFeatures:
         """Stores ``tensor`` whole (``index=None``) or writes the rows of ids ``index``."""
         key = (group, attr_name)
         if index is None:
+            if not isinstance(tensor, Tensor) or tensor.dim() == 0:
+                raise ValueError(f"'{attr_name}' of group {group!r} must be a tensor with "
+                                 f"one row per id, got {type(tensor).__name__}")
             owned = self.global_ids.get(group)
+            self.whole.discard(key)
             if owned is not None and tensor.size(0) != owned.num_owned:
-                raise ValueError(f"'{attr_name}' of group {group!r} needs one row per global "
-                                 f"id ({owned.num_owned}), got {tensor.size(0)}")
+                self.whole.add(key)  # one row per node (edge) of the graph, by id
             self.tensors[key] = tensor
             return
         if key not in self.tensors:
@@ -109,6 +119,7 @@ class MemoryFeatures:
         return tensor.index_select(0, rows.reshape(-1)).reshape(*rows.shape, *tensor.shape[1:])
 
     def remove(self, group: Hashable, attr_name: str) -> bool:
+        self.whole.discard((group, attr_name))
         return self.tensors.pop((group, attr_name), None) is not None
 
     def keys(self) -> List[Key]:
@@ -117,7 +128,7 @@ class MemoryFeatures:
     def put_global_id(self, global_id: Tensor, group: Hashable) -> None:
         ids = check_global_ids(global_id, group)
         for (g, attr), tensor in self.tensors.items():
-            if g == group and tensor.size(0) != ids.numel():
+            if g == group and tensor.size(0) != ids.numel() and (g, attr) not in self.whole:
                 raise ValueError(f"global_id of group {group!r} has {ids.numel()} ids but "
                                  f"'{attr}' has {tensor.size(0)} rows")
         total = int(ids.max()) + 1 if ids.numel() else 0

@@ -186,20 +186,28 @@ class PartitionIds:
     Args:
         meta (PartitionMeta): the partitioned graph.
         root (str, optional): the partition folder holding the id files; ``None`` for
-            stores built in memory whose ids were never relabelled (original id =
-            relabelled id).
+            stores built in memory (original id = relabelled id, unless ``held``).
+        held (dict, optional): the tables of a partitioning built in memory, by
+            ``(kind, partition)`` (:mod:`pyg_dist.store._memory_partition`): every
+            partition's nodes (from the partition book), this partition's edges.
     """
 
-    def __init__(self, meta: PartitionMeta, root: Optional[str]) -> None:
+    def __init__(self, meta: PartitionMeta, root: Optional[str],
+                 held: Optional[Dict[Tuple[str, int], Dict[Group, "OwnedIds"]]] = None
+                 ) -> None:
         self.meta = meta
         self.root = root
-        self._cache: Dict[Tuple[str, int], Dict[Group, OwnedIds]] = {}
+        self.held = held
+        self._cache: Dict[Tuple[str, int], Dict[Group, OwnedIds]] = dict(held or {})
 
     def owned(self, kind: str, group: Group, part: int) -> OwnedIds:
         """The :class:`OwnedIds` of ``group`` (a node type for ``kind="node"``, an edge
         type for ``"edge"``) in partition ``part``."""
         key = (kind, part)
         if key not in self._cache:
+            if self.held is not None:
+                raise ValueError(f"the original {kind} ids of partition {part} are held by "
+                                 f"the rank serving it (stores built in memory)")
             self._cache[key] = self._read(kind, part)
         return self._cache[key][group]
 
@@ -227,7 +235,8 @@ class PartitionIds:
         return out
 
     def __getstate__(self) -> dict:
-        return {"meta": self.meta, "root": self.root, "_cache": {}}
+        return {"meta": self.meta, "root": self.root, "held": self.held,
+                "_cache": dict(self.held or {})}
 
 
 def _what(kind: str, group: Group) -> str:
@@ -253,15 +262,16 @@ class PartIds:
     """One partition's view of :class:`PartitionIds`, as samplers and loaders use it.
 
     Args:
-        root (str or Path): the partition folder.
+        root (str or Path, optional): the partition folder (``None``: tables held in
+            memory, :attr:`PartitionIds.held`).
         meta (PartitionMeta): its description.
         part (int): the partition.
         tables (PartitionIds, optional): the folder's tables to share (default: new).
     """
 
-    def __init__(self, root: Union[str, Path], meta: PartitionMeta, part: int,
+    def __init__(self, root: Optional[Union[str, Path]], meta: PartitionMeta, part: int,
                  tables: Optional[PartitionIds] = None) -> None:
-        self.root, self.meta, self.part = str(root), meta, part
+        self.root, self.meta, self.part = None if root is None else str(root), meta, part
         self.tables = tables if tables is not None else PartitionIds(meta, self.root)
 
     @classmethod
@@ -273,12 +283,15 @@ class PartIds:
             NotImplementedError: for stores not opened from a partition folder.
         """
         root = partition_root(*stores)
-        if root is None:
+        held = next((s.id_tables for s in stores
+                     if getattr(getattr(s, "id_tables", None), "held", None) is not None), None)
+        if root is None and held is None:
             raise NotImplementedError(
                 f"original ids of partition {stores[0].part} need its folder: open the "
                 f"stores with from_partition(root, pid)")
-        tables = next((s.id_tables for s in stores if getattr(s, "id_tables", None) is not None
-                       and s.id_tables.root == root), None)
+        tables = held or next((s.id_tables for s in stores
+                               if getattr(s, "id_tables", None) is not None
+                               and s.id_tables.root == root), None)
         return cls(root, stores[0].meta, stores[0].part, tables)
 
     def owned(self, kind: str, group: Group) -> OwnedIds:

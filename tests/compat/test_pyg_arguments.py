@@ -64,14 +64,17 @@ def test_sampler_takes_pygs_order_and_keywords(one_part, monkeypatch) -> None:
         DistNeighborSampler(ctx, data, [2], shufle=False)
 
 
-def test_stores_built_in_memory_are_refused_by_the_sampler(one_part) -> None:
+def test_stores_built_in_memory_need_a_book_and_each_other(one_part) -> None:
     fs, gs = _stores(one_part)
     memory = LocalFeatureStore.from_data(torch.arange(4), torch.randn(4, 2))
     with pytest.raises(ValueError, match="built in memory .* from_partition"):
         DistNeighborSampler((memory, gs), [2], current_ctx=DistContext())
-    with pytest.raises(ValueError, match="built in memory"):
+    with pytest.raises(ValueError, match="built in memory but the feature store"):
         DistNeighborSampler((fs, LocalGraphStore.from_data(None, torch.zeros(2, 1,
                             dtype=torch.long), 2)), [2], current_ctx=DistContext())
+    with pytest.raises(ValueError, match="need a partition book.*node_pb"):
+        DistNeighborSampler((memory, LocalGraphStore.from_data(None, torch.zeros(
+            2, 1, dtype=torch.long), 4)), [2], current_ctx=DistContext())
 
 
 def test_rendezvous_context_uses_pygs_address_without_a_group(monkeypatch) -> None:
