@@ -1,6 +1,7 @@
 """``LocalFeatureStore``: one partition's node and edge attributes, as a PyG ``FeatureStore``."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
@@ -15,6 +16,7 @@ from pyg_dist.format._part_manifest import check_files
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import MADV_DONTNEED, advise
 from pyg_dist.store._original_ids import OwnedIds, PartitionIds
+from pyg_dist.store._every_node import assemble, is_every_node, rows_of
 from pyg_dist.store._from_tensors import MemoryFeatures, feature_group
 from pyg_dist.store._pyg_features import PygFeatureApi, tensor_attrs
 from pyg_dist.store._source import FileId, PartitionSource, advise_rows
@@ -93,6 +95,9 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
             self._books = {t: meta.node_book(t) for t in meta.node_types}
             self._books.update({t: meta.edge_book(t) for t in meta.edge_types})
         self._labels: Optional[Tensor] = None
+        #: node attributes held for every node, by ``(node type, name)`` (PyG's node
+        #: ``time``; :mod:`pyg_dist.store._every_node`)
+        self.every_node: Dict[Tuple[NodeType, str], Tensor] = {}
         #: the mapped feature files (``None``: tensors held in this process's memory)
         self.source: Optional[PartitionSource] = None
         #: ``(group, attribute)`` still exactly as mapped from the files (never written)
@@ -172,6 +177,8 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
     # ---- pickling: mapped tensors travel as their files, not their bytes -----------
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
+        if self.id_tables.root is not None:  # assembled again from the folder when asked
+            state["every_node"] = {}
         state["_tensors"] = {g: {a: t for a, t in attrs.items() if (g, a) not in self.from_file}
                              for g, attrs in self._tensors.items()}
         return state
@@ -291,6 +298,7 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
             return True
         group = self.resolve(attr.group_name, attr.attr_name)
         attrs = self._tensors[group]
+        self.every_node.pop((group, attr.attr_name), None)  # assembled again when asked
         if attr.index is None:
             expected = self._books[group].size(self.part)
             if tensor.size(0) != expected:
@@ -313,17 +321,36 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
         group = self.resolve(attr.group_name, attr.attr_name)
         if attr.attr_name not in self._tensors[group]:
             return None
+        if is_every_node(group, attr.attr_name):  # PyG's node time: every node's
+            whole = functools.partial(self.every_node_rows, group, attr.attr_name)
+            return whole() if attr.index is None else \
+                rows_of(self, whole, group, attr.attr_name, attr.index)
         if attr.index is None:
             return self._tensors[group][attr.attr_name]
         rows = self._original_rows(group, attr.index)
         return self._tensors[group][attr.attr_name].index_select(0, rows.reshape(-1)) \
             .reshape(*rows.shape, *self._tensors[group][attr.attr_name].shape[1:])
 
+    def every_node_rows(self, node_type: NodeType, attr_name: str) -> Tensor:
+        """Every node's rows of a node attribute PyG keeps for every node (``time``), in
+        original id order: assembled from every partition on first use and kept
+        (:mod:`pyg_dist.store._every_node`)."""
+        key = (node_type, attr_name)
+        if key not in self.every_node:
+            self.every_node[key] = assemble(self, node_type, attr_name, self._node_rows_of)
+        return self.every_node[key]
+
+    def _node_rows_of(self, folder: Path, part: int) -> Dict[NodeType, Dict[str, Tensor]]:
+        path = folder / io.NODE_FEATS_FILE
+        return validate.check_node_feats(io.load_pt(path, "node feature file", mmap=True),
+                                         self.meta, part, path)
+
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._check_writable(attr)
         if self.memory is not None:
             return self.memory.remove(self._memory_group(attr), attr.attr_name)
         group = self.resolve(attr.group_name, attr.attr_name)
+        self.every_node.pop((group, attr.attr_name), None)
         self.from_file.discard((group, attr.attr_name))
         return self._tensors[group].pop(attr.attr_name, None) is not None
 

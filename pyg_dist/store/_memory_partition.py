@@ -52,6 +52,7 @@ from torch import Tensor
 from pyg_dist.format._identity import part_digest, partition_uid
 from pyg_dist.format._meta import AttrSpec, PartitionMeta
 from pyg_dist.format._schema import dtype_name
+from pyg_dist.store._every_node import is_every_node
 from pyg_dist.store._feature_store import LocalFeatureStore
 from pyg_dist.store._from_tensors import MemoryFeatures, feature_group
 from pyg_dist.store._graph_store import CSC, LocalGraphStore
@@ -113,6 +114,8 @@ class MemoryPlan:
     halo_attrs: Dict[NodeType, Dict[str, Tensor]] = dataclasses.field(default_factory=dict)
     node_feats: Dict[NodeType, Dict[str, Tensor]] = dataclasses.field(default_factory=dict)
     edge_feats: Dict[EdgeType, Dict[str, Tensor]] = dataclasses.field(default_factory=dict)
+    #: node attributes put for every node (PyG's node ``time``), by original id
+    every_node: Dict[Tuple[NodeType, str], Tensor] = dataclasses.field(default_factory=dict)
 
     def must_match(self) -> Dict[str, Any]:
         """What every rank's stores must agree on."""
@@ -187,6 +190,7 @@ def plan_partition(features: LocalFeatureStore, graph: LocalGraphStore) -> Memor
             edge_type[0], outside), outside]))
     plan.halo_attrs = _halo_attrs(plan, plan.halo)
     plan.node_feats, plan.edge_feats = _feature_rows(plan)
+    plan.every_node = _every_node(plan)
     return plan
 
 
@@ -317,7 +321,8 @@ def _node_rows(plan: MemoryPlan, group: Hashable, name: str, ids: Tensor,
 def _edge_rows(plan: MemoryPlan, group: Hashable, name: str, kept: KeptEdges) -> Tensor:
     memory: MemoryFeatures = plan.features.memory
     tensor = memory.tensors[(group, name)]
-    if kept.edge_id is not None and memory.global_ids.get(group) is not None:
+    if kept.edge_id is not None and group is not None and \
+            memory.global_ids.get(group) is not None:  # by edge id (group None: node ids)
         rows = memory.rows(group, name, kept.edge_id)
     elif tensor.size(0) != kept.num_put:
         raise ValueError(f"data: edge attribute '{name}' has {tensor.size(0)} rows for the "
@@ -352,6 +357,22 @@ def _halo_attrs(plan: MemoryPlan, halo: Dict[NodeType, Tensor]
             original = plan.books[home].order[halo[home]]
             out.setdefault(home, {})[name] = _node_rows(plan, group, name, original,
                                                         "halo nodes (sources of its edges)")
+    return out
+
+
+def _every_node(plan: MemoryPlan) -> Dict[Tuple[NodeType, str], Tensor]:
+    """Node attributes answered for every node (:mod:`pyg_dist.store._every_node`) that
+    the user put for every node: the tensor put, read by original id."""
+    out = {}
+    memory: MemoryFeatures = plan.features.memory
+    for group, name in memory.keys():
+        kind, home = _attr_home(plan, group, name)
+        if kind == "node" and is_every_node(home, name):
+            every = torch.arange(plan.books[home].owner.numel())
+            try:
+                out[home, name] = memory.get(group, name, every)
+            except ValueError:  # rows of some nodes only: the partition's rows answer
+                continue
     return out
 
 
@@ -468,4 +489,5 @@ def build_partition(plan: MemoryPlan, infos: List[Dict[str, Any]]
     graph.id_tables = ids
     features = LocalFeatureStore(meta, plan.part, plan.node_feats, plan.edge_feats, {})
     features.id_tables = ids
+    features.every_node = dict(plan.every_node)
     return features, graph

@@ -227,3 +227,36 @@ def test_coo_edge_index_is_one_tensor_as_pygs(temporal) -> None:
     eid = gs.get_edge_id(None, "coo")
     assert edge_index.shape == (2, eid.numel())
     assert torch.equal(edge_index, data.edge_index[:, eid])
+
+
+def test_node_time_answers_for_every_node_as_pygs_partitions(temporal) -> None:
+    """PyG's partitions hold every node's ``time``: ``get_tensor`` without ``index`` gives
+    all of them in original id order, and ``index`` takes any node; other attributes keep
+    the owned rows."""
+    data, root = temporal
+    for pid in (0, 1):
+        fs = LocalFeatureStore.from_partition(root, pid)
+        owned = fs.get_global_id(None)
+        assert torch.equal(fs.get_tensor(None, "time"), data.time)
+        assert fs.get_tensor_size(None, "time") == (data.num_nodes,)
+        other = torch.tensor([i for i in range(data.num_nodes) if i not in set(owned.tolist())])
+        assert torch.equal(fs.get_tensor(None, "time", index=other[:5]), data.time[other[:5]])
+        assert torch.equal(fs.get_tensor(None, "time", index=owned[:3]), data.time[owned[:3]])
+        assert fs.get_tensor(None, "x").size(0) == owned.numel()  # still the owned rows
+        with pytest.raises(ValueError, match="does not own"):
+            fs.get_tensor(None, "x", index=other[:1])
+        new = torch.full((owned.numel(),), 99)
+        fs.put_tensor(new, group_name=None, attr_name="time")  # the owned rows, as ever
+        whole = fs.get_tensor(None, "time")
+        assert torch.equal(whole[owned], new) and torch.equal(whole[other], data.time[other])
+
+
+def test_node_time_for_every_node_in_hetero_partitions(tmp_path) -> None:
+    data = encode_ids(hetero_community_graph(80, avg_degree=3, feat_dim=2, seed=2))
+    for node_type in data.node_types:
+        data[node_type].time = torch.arange(data[node_type].num_nodes) % 9
+    Partitioner(data, 3, tmp_path, progress=False).generate()
+    for pid in range(3):
+        fs = LocalFeatureStore.from_partition(tmp_path, pid)
+        for node_type in data.node_types:
+            assert torch.equal(fs.get_tensor(node_type, "time"), data[node_type].time)
