@@ -22,7 +22,9 @@ from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._process_group import ensure_process_group
 from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
-from pyg_dist.sampler._serving import partitioning
+from pyg_dist.rpc._meeting import rendezvous_context
+from pyg_dist.sampler._serving import partitioning, serving_group
+from pyg_dist.store import LocalGraphStore
 
 __all__ = ["loader_context", "sampling_options", "injected_options", "agree_loader",
            "take_number"]
@@ -40,6 +42,24 @@ def loader_context(ctx: Optional[DistContext]) -> DistContext:
     if check_context(ctx) is not None:
         return ctx
     return runtime.current().ctx if runtime.is_initialized() else DistContext.from_env()
+
+
+def served_data(data: Any, options: Dict[str, Any]) -> Any:
+    """``data``, or for stores built in memory with a partition book the partition they
+    are served as (collective: joins RPC, :func:`~pyg_dist.sampler._serving.serve_in_memory`),
+    so loaders take PyG's in-memory stores as samplers do.
+
+    Args:
+        data: the loader's ``data``.
+        options: the loader's keyword options (``current_ctx``, PyG's ``master_addr`` /
+            ``master_port``).
+    """
+    if not isinstance(data, (tuple, list)) or len(data) != 2 or \
+            not isinstance(data[1], LocalGraphStore) or data[1].is_partitioned:
+        return data  # checked as the loader unpacks it
+    ctx = rendezvous_context(loader_context(options.get("current_ctx")), options)
+    _, local = serving_group(ctx, data[0], data[1])
+    return local.features, local.graph
 
 
 def sampling_options(options: Dict[str, Any]) -> Dict[str, Any]:

@@ -10,6 +10,7 @@ from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from pyg_dist.loader._arguments import check_pair, check_ratio, check_tensor
 from pyg_dist.loader._base import DistLoader
+from pyg_dist.loader._construction import served_data
 from pyg_dist.loader._id_collective import to_relabelled
 from pyg_dist.loader._inputs import LOCAL_ERRORS, LoaderInput, Stores
 from pyg_dist.loader._node_loader import as_id_tensor
@@ -177,6 +178,7 @@ class DistLinkNeighborLoader(DistLoader):
                  **options: Any) -> None:
         time_attr = neighbor_sampler.config.time_attr if isinstance(
             neighbor_sampler, DistNeighborSampler) else options.get("time_attr")
+        data = served_data(data, options)  # stores built in memory: their partition
         seeds = LinkInput.resolve(unpack_stores(data)[1], edge_label_index, edge_label,
                                   edge_label_time, neg_sampling, neg_sampling_ratio, time_attr)
         super().__init__(data, num_neighbors, seeds, neighbor_sampler=neighbor_sampler,

@@ -10,6 +10,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_dist.loader._arguments import check_pair, check_tensor
 from pyg_dist.loader._base import DistLoader
+from pyg_dist.loader._construction import served_data
 from pyg_dist.loader._id_collective import check_labels, to_relabelled
 from pyg_dist.loader._inputs import LOCAL_ERRORS, LoaderInput, Stores
 from pyg_dist.rpc._context import DistContext
@@ -156,6 +157,7 @@ class DistNeighborLoader(DistLoader):
                  **options: Any) -> None:
         time_attr = neighbor_sampler.config.time_attr if isinstance(
             neighbor_sampler, DistNeighborSampler) else options.get("time_attr")
+        data = served_data(data, options)  # stores built in memory: their partition
         seeds = NodeInput.resolve(unpack_stores(data), input_nodes, input_time, time_attr)
         super().__init__(data, num_neighbors, seeds, neighbor_sampler=neighbor_sampler,
                          **options)

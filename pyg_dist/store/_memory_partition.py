@@ -298,4 +298,5 @@ def build_partition(plan: MemoryPlan, infos: List[Dict[str, Any]]
     features = LocalFeatureStore(meta, plan.part, plan.node_feats, plan.edge_feats, {})
     features.id_tables = ids
     features.every_node = dict(plan.every_node)
+    features.labels = plan.features.labels  # as PyG's scripts set them (checked)
     return features, graph

@@ -140,3 +140,39 @@ def test_memory_store_errors_name_the_problem_on_every_rank(case, message):
     text = str(info.value)
     assert message in text
     assert "rank 0" in text and "rank 1" in text
+
+
+def _loader_job(num_parts: int) -> Dict:
+    from pyg_dist import DistNeighborLoader
+
+    rank = int(os.environ["RANK"])
+    data = _graph()
+    book = _book(num_parts)
+    features, graph = _stores(data, book, rank, True, False)
+    held = features.get_global_id(None)
+    features.put_tensor(held.float().view(-1, 1) * 10, group_name=None, attr_name="x")
+    try:
+        loader = DistNeighborLoader((features, graph), num_neighbors=[2, 2],
+                                    input_nodes=torch.nonzero(book == rank).view(-1),
+                                    batch_size=3, current_ctx=DistContext.from_env(
+                                        rpc_timeout=20))
+        return [(b.n_id, b.x, b.e_id, b.edge_index, b.batch_size) for b in loader]
+    finally:
+        shutdown_rpc()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("num_parts", [2, 3])
+def test_loader_over_memory_stores_gives_the_union_graphs_rows(num_parts):
+    data = _graph()
+    results = run_ranks(_loader_job, num_parts, num_parts, timeout=150)
+    seeds = []
+    for rank, batches in enumerate(results):
+        assert batches, rank
+        for n_id, x, e_id, edge_index, size in batches:
+            assert torch.equal(x.view(-1), n_id.float() * 10)  # every row its node's
+            src, dst = data.edge_index[:, e_id]  # e_id: the ids put with the edges
+            assert torch.equal(n_id[edge_index[0]], src)
+            assert torch.equal(n_id[edge_index[1]], dst)
+            seeds += n_id[:size].tolist()
+    assert sorted(seeds) == list(range(NUM_NODES))
