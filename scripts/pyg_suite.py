@@ -4,9 +4,11 @@ The tests are read from a PyG checkout (a work tree holding ``test/distributed``
 git directory and a revision; default ``fada6a60a^``, the last commit that had
 ``torch_geometric.distributed``) into a temporary folder, never into this repository.
 Every import of ``torch_geometric.distributed`` (and its modules) is rewritten to take
-the same name from ``pyg_dist``; a name pyg_dist does not have (a PyG internal such as
-``ConcurrentEventLoop`` or ``RPCRouter``) becomes a placeholder that raises
-``NotImplementedError`` naming it when used, so the tests that do not use it still run.
+the same name from ``pyg_dist``: from the same module path when pyg_dist has it
+(``torch_geometric.distributed.event_loop`` -> ``pyg_dist.event_loop``), else from
+``pyg_dist`` itself; a name pyg_dist does not have (a PyG internal such as
+``RPCRouter``) becomes a placeholder that raises ``NotImplementedError`` naming it when
+used, so the tests that do not use it still run.
 PyG's ``withMETIS`` marker is lifted (pyg_dist partitions with pymetis).
 
 PyG's tests skip themselves without pyg-lib (``onlyDistributedTest``), and PyG's
@@ -52,6 +54,8 @@ PYG_LIB_MISSING = ("pyg-lib is not installed: PyG's distributed tests skip thems
 
 SHIM = '''"""Written by pyg_dist's scripts/pyg_suite.py: torch_geometric.distributed names bound
 to pyg_dist's, placeholders for PyG internals pyg_dist does not have."""
+import importlib
+import importlib.util
 import os
 import types
 
@@ -75,7 +79,14 @@ class Missing:
 
 
 def bind(name, origin):
-    return getattr(pyg_dist, name) if hasattr(pyg_dist, name) else Missing(name, origin)
+    path = "pyg_dist" + origin[len("torch_geometric.distributed"):]
+    places = [pyg_dist]
+    if path != "pyg_dist" and importlib.util.find_spec(path) is not None:
+        places.insert(0, importlib.import_module(path))
+    for place in places:
+        if hasattr(place, name):
+            return getattr(place, name)
+    return Missing(name, origin)
 
 
 class Module(types.ModuleType):

@@ -55,8 +55,9 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("inference", ("inference",)),
     # the few calls every training script repeats (set-up, resume, JSON result line)
     ("loop", ("loop",)),
-    # thin argument parsing over the library, and the package's public surface
-    ("cli", ("cli", "__init__")),
+    # thin argument parsing over the library, and the package's public surface (with
+    # event_loop: torch_geometric.distributed's module name for ConcurrentEventLoop)
+    ("cli", ("cli", "__init__", "event_loop")),
     # launch helpers and test graphs: may use anything
     ("testing", ("testing",)),
 ]

@@ -37,7 +37,7 @@ from pyg_dist.inference._stage import Plan, Stage
 from pyg_dist.inference._subgraph import OneHop, one_hop, ranges
 from pyg_dist._progress import track
 from pyg_dist.rpc import DistContext
-from pyg_dist.sampler._neighbor_sampler import unpack_stores
+from pyg_dist.sampler._stores import unpack_stores
 from pyg_dist.sampler._serving import serving_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType

@@ -29,7 +29,7 @@ from pyg_dist.inference._sampled_types import (count_fetches, output_types, seed
 from pyg_dist.loader import DistNeighborLoader
 from pyg_dist._progress import track
 from pyg_dist.rpc import DistContext
-from pyg_dist.sampler._neighbor_sampler import unpack_stores
+from pyg_dist.sampler._stores import unpack_stores
 from pyg_dist.sampler._serving import serving_group
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist._typing import NodeType

@@ -40,7 +40,8 @@ from pyg_dist.rpc._context import DistContext
 from pyg_dist.sampler import _direct as direct, _wire as wire
 from pyg_dist.sampler._cache.feature_cache import CacheStats
 from pyg_dist.store._original_ids import BATCH_IDS, PartIds
-from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler._stores import unpack_stores
 from pyg_dist.sampler._types import NumNeighbors, SamplingConfig
 from pyg_dist.sampler._wire import WireSpec
 

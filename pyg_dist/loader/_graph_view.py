@@ -34,7 +34,8 @@ from pyg_dist.rpc._routing import fan_out, split_by_owner
 from pyg_dist.sampler import _direct as direct
 from pyg_dist.sampler._features import FeatureFetcher
 from pyg_dist.store._original_ids import ID_ATTR
-from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler._stores import unpack_stores
 from pyg_dist.sampler._serving import serving_group
 from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore

@@ -14,7 +14,8 @@ from pyg_dist.loader._construction import served_data
 from pyg_dist.loader._id_collective import check_labels, to_relabelled
 from pyg_dist.loader._inputs import LOCAL_ERRORS, LoaderInput, Stores
 from pyg_dist.rpc._context import DistContext
-from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler, unpack_stores
+from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
+from pyg_dist.sampler._stores import unpack_stores
 from pyg_dist.store._original_ids import PartIds, check_ids
 from pyg_dist.sampler._types import NumNeighbors
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore

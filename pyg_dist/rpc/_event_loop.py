@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import logging
 import threading
 import time
 import weakref
@@ -22,6 +23,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar
 import torch
 
 T = TypeVar("T")
+log = logging.getLogger("pyg_dist")
 
 
 class _InFlight:
@@ -136,11 +138,21 @@ class EventLoopThread:
 
     Args:
         name (str): thread name (shows up in stack dumps).
+        start (bool): start the thread now (else with :meth:`start`).
     """
 
-    def __init__(self, name: str = "pyg_dist-loop") -> None:
+    _start_name = "start"
+
+    def __init__(self, name: str = "pyg_dist-loop", start: bool = True) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Starts the loop's thread (a second call does nothing)."""
+        if self._thread.ident is not None or self.loop.is_closed():
+            return
         self._thread.start()
         if not _LOOPS:
             atexit.register(_close_all)  # once per batch of loops; closing twice is a no-op
@@ -158,7 +170,12 @@ class EventLoopThread:
         """Schedules a coroutine on the loop; the returned future carries its result
         or its exception."""
         if not self.alive:
-            raise RuntimeError("the pyg_dist event loop is closed")
+            if asyncio.iscoroutine(coro):
+                coro.close()  # never to run: no "was never awaited" warning
+            raise RuntimeError("the pyg_dist event loop is closed" if self.loop.is_closed()
+                               or self._thread.ident is not None else
+                               "the pyg_dist event loop is not started: call "
+                               f"{self._start_name}() first")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
 
     def run(self, coro: Awaitable[T], timeout: Optional[float] = None) -> T:
@@ -192,6 +209,9 @@ class EventLoopThread:
         them unwind, then stops and closes it."""
         if self.loop.is_closed():
             return
+        if self._thread.ident is None:  # never started
+            self.loop.close()
+            return
         _IN_FLIGHT.wait(self.loop, timeout)
         self.cancel_tasks(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -206,3 +226,104 @@ async def _cancel_tasks() -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class ConcurrentEventLoop(EventLoopThread):
+    """An event loop on a thread of its own that runs at most ``concurrency`` tasks at
+    once: ``torch_geometric.distributed``'s ``ConcurrentEventLoop``, for code that
+    drives a :class:`~pyg_dist.DistNeighborSampler` by hand, as PyG's tests do::
+
+        loop = ConcurrentEventLoop(2)
+        loop.start_loop()
+        out = loop.run_task(coro=sampler.node_sample(inputs))
+
+    pyg_dist's loaders need none: they run their own. As PyG's, it starts with
+    :meth:`start_loop`; unlike PyG's, a task's exception is raised by :meth:`run_task`
+    and kept in the future :meth:`add_task` returns (and logged there), and using a
+    loop not started or closed raises instead of waiting forever.
+
+    Args:
+        concurrency (int): how many tasks run at once; :meth:`run_task` and
+            :meth:`add_task` wait for a free slot.
+    """
+
+    _start_name = "start_loop"
+
+    def __init__(self, concurrency: int) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"ConcurrentEventLoop: concurrency must be a positive integer, "
+                             f"got {concurrency!r}")
+        super().__init__("pyg_dist-concurrent-loop", start=False)
+        self.concurrency = concurrency
+        self._slots = threading.BoundedSemaphore(concurrency)
+
+    def start_loop(self) -> None:
+        """Starts the loop's thread (a second call does nothing)."""
+        self.start()
+
+    def run_task(self, coro: Awaitable[T], timeout: Optional[float] = None) -> T:
+        """Runs ``coro`` on the loop in a free slot and returns its result (raises its
+        exception; :class:`TimeoutError` after ``timeout`` seconds, if given)."""
+        if threading.current_thread() is self._thread:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            raise RuntimeError("ConcurrentEventLoop.run_task() called from a task of the same "
+                               "loop (it would wait for itself): await the coroutine instead")
+        with self._slots:
+            return self.run(coro, timeout)
+
+    def add_task(self, coro: Awaitable[T], callback: Optional[Callable[[T], Any]] = None
+                 ) -> "concurrent.futures.Future[T]":
+        """Schedules ``coro`` in a free slot (waiting for one) and returns at once.
+
+        Args:
+            coro: the coroutine.
+            callback (callable, optional): called with the result when it succeeds
+                (on the loop's thread); its own exception is logged.
+
+        Returns:
+            a future with the result or the exception (a failure is also logged).
+        """
+        self._slots.acquire()
+        try:
+            future = self.submit(coro)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda f: self._finished(f, callback))
+        return future
+
+    def _finished(self, future: "concurrent.futures.Future[Any]",
+                  callback: Optional[Callable[[Any], Any]]) -> None:
+        try:
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is not None:
+                log.error("pyg_dist: a ConcurrentEventLoop task failed: %r", error)
+            elif callback is not None:
+                try:
+                    callback(future.result())
+                except Exception:  # nobody else could see it: logged with its traceback
+                    log.exception("pyg_dist: a ConcurrentEventLoop task's callback failed")
+        finally:
+            self._slots.release()
+
+    def wait_all(self, timeout: Optional[float] = None) -> None:
+        """Waits until every task added has finished.
+
+        Raises:
+            TimeoutError: if they have not after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        taken = 0
+        try:
+            for _ in range(self.concurrency):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not self._slots.acquire(timeout=left):
+                    raise TimeoutError(f"ConcurrentEventLoop: tasks still running after "
+                                       f"{timeout}s")
+                taken += 1
+        finally:
+            for _ in range(taken):
+                self._slots.release()

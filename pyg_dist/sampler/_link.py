@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Protocol, Tuple
+from typing import Awaitable, Callable, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from pyg_dist.store import LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType
 
 NEGATIVE_ROUNDS = 3
+#: the ids whose order non-disjoint seeds are deduplicated in, by node type (PyG's order
+#: is the original ids'; without one, pyg_dist's relabelled ids')
+OrderKey = Callable[[NodeType, Tensor], Awaitable[Tensor]]
 
 
 class SubgraphSampler(Protocol):
@@ -146,8 +149,10 @@ def _input_edge_type(sampler: SubgraphSampler, inputs: EdgeSamplerInput) -> Edge
 
 async def link_seeds(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
                      neg: Optional[NegativeSampling],
-                     gen: Optional[torch.Generator] = None) -> LinkInputs:
-    """Positive and negative endpoints as seeds, and the batch's seed record."""
+                     gen: Optional[torch.Generator] = None,
+                     order: Optional[OrderKey] = None) -> LinkInputs:
+    """Positive and negative endpoints as seeds, and the batch's seed record (``order``:
+    see :data:`OrderKey`)."""
     edge_type = _input_edge_type(sampler, inputs)
     src, dst, label, time = inputs.row, inputs.col, inputs.label, inputs.time
     sampler.graph.node_book(edge_type[0]).check(src)
@@ -173,27 +178,41 @@ async def link_seeds(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
         dst = torch.cat([dst, neg_dst])
         if time is not None:
             dst_time = time.repeat(1 + int(neg.amount))
+    keys = None
+    if order is not None and not sampler.config.disjoint:
+        keys = (await order(edge_type[0], src), await order(edge_type[2], dst))
     return _assemble(sampler, edge_type, inputs, src, dst, label, src_time, dst_time, neg,
-                     num_pos)
+                     num_pos, keys)
+
+
+def _unique(ids: Tensor, disjoint: bool, key: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """``(seeds, inverse)``: ``ids`` themselves when disjoint, else deduplicated in the
+    order of ``key`` (one key per id, equal exactly for equal ids; default: the ids)."""
+    if disjoint:
+        return ids, torch.arange(ids.numel())
+    if key is None:
+        return torch.unique(ids, return_inverse=True)
+    keys, inverse = torch.unique(key, return_inverse=True)
+    out = torch.empty(keys.numel(), dtype=ids.dtype)
+    out[inverse] = ids
+    return out, inverse
 
 
 def _assemble(sampler: SubgraphSampler, edge_type: EdgeType, inputs: EdgeSamplerInput,
               src: Tensor, dst: Tensor, label: Optional[Tensor], src_time: Optional[Tensor],
               dst_time: Optional[Tensor], neg: Optional[NegativeSampling],
-              num_pos: int) -> LinkInputs:
+              num_pos: int, keys: Optional[Tuple[Tensor, Tensor]] = None) -> LinkInputs:
     disjoint = sampler.config.disjoint
     same = edge_type[0] == edge_type[2]
     if same:
-        seed = torch.cat([src, dst])
-        seed, inverse = (seed, torch.arange(seed.numel())) if disjoint else \
-            torch.unique(seed, return_inverse=True)
+        seed, inverse = _unique(torch.cat([src, dst]), disjoint,
+                                None if keys is None else torch.cat(keys))
         inv_src, inv_dst = inverse[:src.numel()], inverse[src.numel():]
         seeds = {edge_type[0]: seed}
         times = None if src_time is None else {edge_type[0]: torch.cat([src_time, dst_time])}
     else:
-        (s, inv_src), (d, inv_dst) = [
-            (x, torch.arange(x.numel())) if disjoint else torch.unique(x, return_inverse=True)
-            for x in (src, dst)]
+        (s, inv_src), (d, inv_dst) = [_unique(x, disjoint, None if keys is None else k)
+                                      for x, k in zip((src, dst), keys or (None, None))]
         seeds = {edge_type[0]: s, edge_type[2]: d}
         times = None if src_time is None else {edge_type[0]: src_time, edge_type[2]: dst_time}
     if neg is not None and neg.is_triplet():
@@ -209,14 +228,16 @@ def _assemble(sampler: SubgraphSampler, edge_type: EdgeType, inputs: EdgeSampler
 
 async def sample_links(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
                        neg: Optional[NegativeSampling],
-                       rng: Optional[np.random.Generator] = None) -> SampledBatch:
+                       rng: Optional[np.random.Generator] = None,
+                       order: Optional[OrderKey] = None) -> SampledBatch:
     """Samples the neighbourhoods of a batch of seed edges (and negatives); ``rng``
-    seeds the negatives and the hops (default: the global generators)."""
+    seeds the negatives and the hops (default: the global generators); ``order``: see
+    :data:`OrderKey`."""
     if neg is None:  # PyG < 2.8 also carries it on the input
         neg = getattr(inputs, "neg_sampling", None)
     if inputs.time is not None and not sampler.config.disjoint:
         raise ValueError("edge label times need a temporal sampler (time_attr set)")
-    link = await link_seeds(sampler, inputs, neg, _generator(rng))
+    link = await link_seeds(sampler, inputs, neg, _generator(rng), order)
     sub = await sampler.sample_subgraph(link.seeds, link.seed_time, rng=rng)
     if sub.batch is not None:
         num_pos = inputs.row.numel()

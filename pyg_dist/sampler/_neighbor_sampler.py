@@ -18,6 +18,7 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import keep_freed_memory
+from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._routing import split_by_owner
 from pyg_dist.sampler._bidirectional import bidirectional
@@ -31,18 +32,18 @@ from pyg_dist.sampler._hop_round import Plan
 from pyg_dist.sampler._hop_state import HopState
 from pyg_dist.sampler._id_lookup import relabel
 from pyg_dist.store._original_ids import ID_ATTR
-from pyg_dist.sampler._link import sample_links
+from pyg_dist.sampler._link import OrderKey, sample_links
 from pyg_dist.sampler._options import check_attr, check_time
+from pyg_dist.sampler._pyg_driving import PygDriving
+from pyg_dist.sampler._stores import options_meta_of, unpack_stores
 from pyg_dist.sampler._node_index import NodeIndexPool
 from pyg_dist.sampler._repeats import first_occurrences, restore_repeats
-from pyg_dist.sampler._serving import serving_group
 from pyg_dist.sampler._types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
                                     SamplingConfig)
 from pyg_dist.sampler._wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store._original_ids import check_ids
-from pyg_dist.store._memory_partition import options_meta, plan_partition
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, NodeType
 
 log = logging.getLogger("pyg_dist")
@@ -50,7 +51,7 @@ log = logging.getLogger("pyg_dist")
 Output = Union[SamplerOutput, HeteroSamplerOutput]
 
 
-class DistNeighborSampler(BaseSampler):
+class DistNeighborSampler(PygDriving, BaseSampler):
     """Samples multi-hop neighbourhoods of seeds spread over all partitions.
 
     PyG's interface (:meth:`sample_from_nodes`, :meth:`sample_from_edges`) takes and
@@ -66,8 +67,9 @@ class DistNeighborSampler(BaseSampler):
         data: ``(feature_store, graph_store)`` of this rank's partition.
         num_neighbors: fan-out per hop (a list for every edge type, or a dict by
             edge type); ``-1`` takes all neighbours.
-        current_ctx (DistContext, optional): this process's context; RPC is joined
-            (collectively) on first use if it is not yet.
+        current_ctx (DistContext, optional): this process's context. Built outside
+            RPC, the sampler joins on first use (collective), or takes the group PyG's
+            ``init_rpc`` joined meanwhile (:mod:`pyg_dist.sampler._pyg_driving`).
         replace (bool): sample with replacement.
         subgraph_type (str): ``"directional"`` (PyG's default), ``"bidirectional"``
             or ``"induced"``, as PyG (:mod:`pyg_dist.sampler._bidirectional`,
@@ -121,26 +123,17 @@ class DistNeighborSampler(BaseSampler):
             weight_attr=weight_attr, sampling_strategy=sampling_strategy,
             layer_dependency=layer_dependency, feature_cache=feature_cache,
             wire_dtype=wire_dtype)
-        meta = self.meta if graph.is_partitioned else _options_meta(features, graph)
-        if meta is not None:  # else the stores' error is raised on every rank as they join
-            self.config = self.build_config(
-                meta, num_neighbors, replace, subgraph_type, disjoint, temporal_strategy,
-                time_attr, weight_attr, sampling_strategy, layer_dependency)
-        self.group, self.local = serving_group(check_context(current_ctx), features, graph)
-        if not graph.is_partitioned:  # built in memory: sample the partition served
-            features, graph = self.local.features, self.local.graph
-            self.features, self.graph, self.meta = features, graph, graph.meta
-        #: the partitions this process reads from their files on this machine
-        self.direct = direct.of(self.group)
-        self.fetcher = FeatureFetcher(self.group, self.local, self.meta, wire_dtype=wire_dtype,
-                                      original_ids=True)
+        self._ctx = check_context(current_ctx)
+        if not graph.is_partitioned:  # built in memory: this rank's view until it binds
+            self.meta = options_meta_of(self._ctx, features, graph)
+        self.config = self.build_config(self.meta, num_neighbors, replace, subgraph_type,
+                                        disjoint, temporal_strategy, time_attr, weight_attr,
+                                        sampling_strategy, layer_dependency)
         #: owners send sampled edges' original ids with every hop (loaders need them)
         self.original_ids = True
-        self._id_fetcher: Optional[FeatureFetcher] = None  # nodes' original ids only
-        if feature_cache:
-            self._build_cache(feature_cache)
-        base = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
-        self._rng = np.random.default_rng([base, self.group.rank])  # a stream per rank
+        self._seed = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
+        if runtime.is_initialized():  # else joined on first use (PyG's init_rpc may come)
+            self._bind()
         self._edge_hints: Dict = {}  # room for a batch's edges' original ids, by type
         self._indexes = NodeIndexPool()  # hash tables reused by the next batches
 
@@ -197,7 +190,7 @@ class DistNeighborSampler(BaseSampler):
         batch, made from ``(seed, epoch, batch, rank)``, so a batch samples the same
         neighbourhoods whatever ran before it (exact resume, any concurrency). With
         LABOR, its first draw is the batch's random seed (:func:`labor.batch_seed`)."""
-        rng = rng if rng is not None else self._rng
+        rng = rng if rng is not None else self.bound().rng
         labor_seed = labor.batch_seed(rng) if self.config.is_labor else None
         for node_type, ids in seeds.items():
             self.graph.node_book(node_type).check(ids)
@@ -297,10 +290,12 @@ class DistNeighborSampler(BaseSampler):
 
     async def sample_edges(self, inputs: EdgeSamplerInput,
                            neg_sampling: Optional[NegativeSampling] = None,
-                           rng: Optional[np.random.Generator] = None) -> SampledBatch:
+                           rng: Optional[np.random.Generator] = None,
+                           order: Optional[OrderKey] = None) -> SampledBatch:
         """Samples a link-level batch around the seed edges (and negatives); ``rng``
-        also draws the negatives (default: torch's global generator)."""
-        return await sample_links(self, inputs, neg_sampling, rng)
+        also draws the negatives (default: torch's global generator); ``order``: the
+        ids non-disjoint seeds are deduplicated in the order of (:data:`OrderKey`)."""
+        return await sample_links(self, inputs, neg_sampling, rng, order)
 
     # PyG's interface speaks the dataset's original ids, in and out
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: object) -> Output:
@@ -329,7 +324,8 @@ class DistNeighborSampler(BaseSampler):
         col = await self._relabelled(dst, index.col, "index.col")
         inputs = EdgeSamplerInput(index.input_id, row, col, index.label, index.time,
                                   index.input_type)
-        return await self._original_output(await self.sample_edges(inputs, neg_sampling))
+        batch = await self.sample_edges(inputs, neg_sampling, order=self.original_ids_of)
+        return await self._original_output(batch)
 
     async def _relabelled(self, node_type: NodeType, ids: Tensor, argument: str) -> Tensor:
         """Relabelled ids of original node ids (any owner); raises naming ``argument``."""
@@ -345,12 +341,8 @@ class DistNeighborSampler(BaseSampler):
         """PyG's output of a batch with its nodes' and edges' original ids: nodes' from
         their owners (one request per owner), edges' as sent with the hops."""
         sub = batch.subgraph
-        if self._id_fetcher is None:
-            self._id_fetcher = FeatureFetcher(
-                self.group, self.local, self.meta, edge_attrs={},
-                node_attrs={t: [ID_ATTR] for t in self.meta.node_types})
         asked = {t: v for t, v in sub.node.items() if v.numel()}
-        got = await self._id_fetcher.fetch(asked, {}, unique=self.config.disjoint)
+        got = await self.id_fetcher().fetch(asked, {}, unique=self.config.disjoint)
         node = {t: got.nodes[t][ID_ATTR] if t in asked else v for t, v in sub.node.items()}
         if sub.original_edge is None:
             raise RuntimeError("original edge ids were not sampled (original_ids=False)")
@@ -394,42 +386,6 @@ def pyg_metadata(seeds: Union[NodeSeeds, LinkSeeds]) -> tuple:
     return (seeds.input_id, seeds.edge_label_index, seeds.edge_label, seeds.edge_label_time)
 
 
-def _options_meta(features: LocalFeatureStore, graph: LocalGraphStore
-                  ) -> Optional[PartitionMeta]:
-    """What one rank knows of a graph built in memory (to check sampling options), or
-    ``None`` when its stores are refused (:func:`serve_in_memory` then raises the error
-    on every rank)."""
-    try:
-        return options_meta(plan_partition(features, graph))
-    except ValueError:
-        return None
-
-
 def _at(values: Optional[Tensor], pos: Tensor, whole: bool) -> Optional[Tensor]:
     """``values[pos]`` (``values`` itself when ``pos`` is every position in order)."""
     return values if values is None or whole else values[pos]
-
-
-def unpack_stores(data: object, in_memory: bool = False
-                  ) -> Tuple[LocalFeatureStore, LocalGraphStore]:
-    """``(feature store, graph store)`` of ``data``; with ``in_memory``, stores built in
-    memory given a partition book (``graph_store.node_pb``) are accepted too (the
-    sampler serves them as the partition the book gives, :func:`serve_in_memory`).
-
-    Raises:
-        TypeError: ``data`` is not such a pair.
-        ValueError: stores built in memory where they cannot be used.
-    """
-    if (not isinstance(data, (tuple, list)) or len(data) != 2
-            or not isinstance(data[0], LocalFeatureStore)
-            or not isinstance(data[1], LocalGraphStore)):
-        raise TypeError("data must be a (LocalFeatureStore, LocalGraphStore) pair, got "
-                        f"{type(data).__name__}")
-    if in_memory and not data[1].is_partitioned:
-        return data[0], data[1]  # checked as planned (plan_partition)
-    if not (data[0].is_partitioned and data[1].is_partitioned):
-        raise ValueError("data: stores built in memory (LocalFeatureStore() / from_data) "
-                         "have no partitioning; pyg_dist's samplers and loaders need stores "
-                         "opened with from_partition (write one with Partitioner, one "
-                         "partition for one machine)")
-    return data[0], data[1]

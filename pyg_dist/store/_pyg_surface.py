@@ -68,6 +68,11 @@ class OriginalBook:
         whole graph's size, as PyG held it)."""
         return self[torch.arange(self.total)]
 
+    def tolist(self) -> list:
+        """The whole book as a list, as a PyG book tensor's ``tolist()`` (the size of
+        the whole graph: see :meth:`to_tensor`)."""
+        return self.to_tensor().tolist()
+
     def __repr__(self) -> str:
         return f"OriginalBook({self.kind}, {self.group!r}, ids={self.total})"
 

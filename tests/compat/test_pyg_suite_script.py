@@ -24,6 +24,7 @@ from torch_geometric.distributed import (
     LocalGraphStore,
 )
 from torch_geometric.distributed.event_loop import ConcurrentEventLoop
+from torch_geometric.distributed.utils import remove_duplicates
 import torch_geometric.distributed.rpc as rpc
 
 
@@ -33,8 +34,23 @@ def test_store_in_memory():
                        torch.eye(2)[[1]])
 
 
+def test_event_loop():
+    import pyg_dist.event_loop
+
+    assert ConcurrentEventLoop is pyg_dist.event_loop.ConcurrentEventLoop
+    assert rpc.shutdown_rpc is pyg_dist.shutdown_rpc  # pyg_dist.rpc's, the same function
+    loop = ConcurrentEventLoop(2)
+    loop.start_loop()
+
+    async def three():
+        return 3
+
+    assert loop.run_task(coro=three()) == 3
+    loop.close()
+
+
 def test_internal():
-    ConcurrentEventLoop(2)
+    remove_duplicates(None, None)
 
 
 def test_module_internal():
@@ -65,11 +81,12 @@ def test_script_reports_each_test_as_one_json_line(tmp_path) -> None:
                            "--without-pyg-lib"], capture_output=True, text=True, timeout=280)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     tests = report["tests"]
-    assert tests["test_stand_in.py::test_store_in_memory"]["outcome"] == "passed"
+    for name in ("test_store_in_memory", "test_event_loop"):  # by module path
+        assert tests[f"test_stand_in.py::{name}"]["outcome"] == "passed", tests
     for name in ("test_internal", "test_module_internal"):
         result = tests[f"test_stand_in.py::{name}"]
         assert result["outcome"] == "failed" and result["pyg_internal"] == "yes"
-    assert (report["passed"], report["failed"], done.returncode) == (1, 2, 1)
+    assert (report["passed"], report["failed"], done.returncode) == (2, 2, 1)
     if not report["pyg_lib"]:
         assert "pyg-lib is not installed" in done.stderr
         stopped = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "pyg")],

@@ -45,7 +45,7 @@ def _keyed(sampler: DistNeighborSampler, seed: int) -> DistNeighborSampler:
         return BatchTask(None, (seed, 0, next(count), 0)).rng()
 
     sampler.sample_nodes = lambda inputs: nodes(inputs, rng())
-    sampler.sample_edges = lambda inputs, neg=None: edges(inputs, neg, rng())
+    sampler.sample_edges = lambda inputs, neg=None, order=None: edges(inputs, neg, rng(), order)
     return sampler
 
 
