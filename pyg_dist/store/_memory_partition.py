@@ -57,11 +57,6 @@ from pyg_dist.store._original_ids import OwnedIds, PartitionIds
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, EdgeType, NodeType, edge_key
 
 
-def has_partition_book(graph: LocalGraphStore) -> bool:
-    """Whether a graph store built in memory was given a partition book (``node_pb``)."""
-    return not graph.is_partitioned and graph.node_pb is not None
-
-
 def plan_partition(features: LocalFeatureStore, graph: LocalGraphStore) -> MemoryPlan:
     """Checks stores built in memory and keeps the edges this partition owns (local).
 
