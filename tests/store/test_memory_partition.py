@@ -101,3 +101,39 @@ def test_rows_missing_for_owned_nodes_and_bad_edge_ids_are_named() -> None:
     plans[1] = plan_partition(_stores(1)[0], graph)
     with pytest.raises(ValueError, match="do not number their 12 edges"):
         build_partition(plans[0], [p.info() for p in plans])
+
+
+def test_hetero_stores_in_memory_build_one_partition_per_rank() -> None:
+    g = torch.Generator().manual_seed(1)
+    nodes = {"a": 6, "b": 5}
+    types = [("a", "to", "b"), ("b", "to", "a")]
+    edges = {t: torch.stack([torch.randint(0, nodes[t[0]], (12,), generator=g),
+                             torch.randint(0, nodes[t[2]], (12,), generator=g)]) for t in types}
+    book = {"a": torch.tensor([0, 1, 0, 1, 0, 1]), "b": torch.tensor([1, 1, 0, 0, 1])}
+    plans = []
+    for rank in (0, 1):
+        held = {t: book[t[2]][e[1]] == rank for t, e in edges.items()}  # own in-edges
+        held = {t: h | (torch.arange(12) % 3 == 0) for t, h in held.items()}  # and others
+        features = LocalFeatureStore.from_hetero_data(
+            {t: torch.arange(n) for t, n in nodes.items()},
+            x_dict={t: torch.arange(n).float().view(-1, 1) for t, n in nodes.items()})
+        graph = LocalGraphStore.from_hetero_data(
+            {t: torch.nonzero(held[t]).view(-1) for t in types},
+            {t: edges[t][:, held[t]] for t in types}, nodes)
+        graph.node_pb = book
+        graph.num_partitions, graph.partition_idx = 2, rank
+        plans.append(plan_partition(features, graph))
+    built = [build_partition(p, [q.info() for q in plans]) for p in plans]
+    assert built[0][1].meta.uid == built[1][1].meta.uid
+    for edge_type in types:
+        ids = torch.cat([g.original_coo(edge_type)[2] for _, g in built])
+        assert sorted(ids.tolist()) == list(range(12))  # every edge once, at its owner
+        for _, graph in built:
+            src, dst, eid = graph.original_coo(edge_type)
+            assert torch.equal(torch.stack([src, dst]), edges[edge_type][:, eid])
+    for features, graph in built:
+        for node_type, owner in book.items():
+            owned = features.get_global_id(node_type)
+            assert torch.equal(owned, torch.nonzero(owner == graph.part).view(-1))
+            assert torch.equal(features.get_tensor(node_type, "x", index=owned).view(-1),
+                               owned.float())
