@@ -11,6 +11,9 @@ edges the batch holds.
 batches, once per job; ``--fault agent`` makes it SIGKILL its torchrun agent instead
 (the store's host), leaving the trainers orphaned (``OUT/fault.done`` marks it done: with c10d rendezvous on several
 machines, a machine restarted for another's loss keeps ``TORCHELASTIC_RESTART_COUNT``).
+``--idle-after-fault S`` makes every rank sleep ``S`` seconds after each batch once the
+fault is done: orphans still train (batches, ``all_reduce``, sampler workers) while they
+wait for the watchdog, without keeping the cores busy for that minute.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import torch
@@ -36,6 +40,7 @@ def main() -> None:
     parser.add_argument("--fault", choices=["none", "kill", "stop", "agent"], default="none")
     parser.add_argument("--fault-after", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--idle-after-fault", type=float, default=0.0)
     args = parser.parse_args()
 
     ctx = DistContext.from_env()
@@ -63,6 +68,8 @@ def main() -> None:
                 os.kill(os.getppid(), signal.SIGKILL)
             else:
                 os.kill(os.getpid(), signal.SIGKILL if args.fault == "kill" else signal.SIGSTOP)
+        if args.idle_after_fault and (out / "fault.done").exists():
+            time.sleep(args.idle_after_fault)
     loader.close()
     shutdown_rpc()
     result = {"rank": ctx.rank, "restart": restart, "seeds": ids.tolist(), "batches": batches}

@@ -181,7 +181,8 @@ def test_orphaned_trainers_exit_within_the_bound_naming_the_lost_agent(cora_ids,
     out.mkdir()
     cmd = elastic_cmd("static", free_port(), ["--parts", str(root), "--out", str(out),
                                               "--fault", "agent", "--num-workers", "1",
-                                              "--epochs", "100000"])
+                                              "--epochs", "100000", "--idle-after-fault",
+                                              "0.5"])
     job = finish(cmd, start(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": "20"}), marker, 260)
     took = time.time() - (out / "fault.done").stat().st_mtime  # the pipe closes last
     assert took <= 60 + 10, f"orphans exited {took:.0f}s after the agent died\n{job.describe()}"
