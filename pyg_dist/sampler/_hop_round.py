@@ -83,7 +83,7 @@ def merge(group: RpcGroup, meta: PartitionMeta, state: HopState, plan: Plan,
         for i, (edge_type, seeds, batch) in enumerate(plan[part][1]):
             counts = resp.counts[i]
             pieces.setdefault(edge_type, []).append(EdgePiece(
-                col=torch.repeat_interleave(seeds, counts), nbrs=resp.nbrs[i],
+                col=None, nbrs=resp.nbrs[i],
                 eids=resp.eids[i],
                 batch=torch.repeat_interleave(batch, counts) if batch is not None else None,
                 original=resp.original_eids[i] if resp.original_eids else None,

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist.sampler._node_index import NodeIndex, NodeIndexPool
+from pyg_dist.sampler._runs import Runs, seed_runs, take_runs
 from pyg_dist.sampler._types import HopRequest, HopResponse, SampledSubgraph
 from pyg_dist._typing import EdgeType, NodeType
 
@@ -64,11 +65,11 @@ class Column:
             self.data[self.size:self.size + n] = piece
         self.size += n
 
-    def scatter_tail(self, start: int, dest: Tensor) -> None:
-        """Moves the values from ``start`` to the end: value ``i`` of that tail goes to
-        position ``dest[i]`` of it (``dest`` a permutation of the tail's positions)."""
+    def order_tail(self, start: int, runs: Runs) -> None:
+        """Puts the values from ``start`` to the end (the pieces of one hop, appended in
+        concatenation order) in the merged order of ``runs``."""
         tail = self.data[start:self.size]
-        tail[dest] = tail.clone()
+        take_runs(tail.clone(), runs, out=tail)
 
     def result(self) -> Tensor:
         """The column: a view of the buffer, or a copy where it would hold a third more
@@ -80,31 +81,14 @@ class Column:
 @dataclass
 class EdgePiece:
     """One partition's edges of one edge type in one hop."""
-    col: Tensor             # destination of each edge (position in its type's node list)
+    col: Optional[Tensor]   # destination of each edge (position in its type's node list;
+                            # None: found from seeds and counts when needed)
     nbrs: Tensor            # neighbour (source) of each edge, global id
     eids: Tensor            # edge ids
     batch: Optional[Tensor]     # subtree of each edge's destination (disjoint mode)
     original: Optional[Tensor]  # the edges' original ids (when recorded)
     seeds: Tensor           # the piece's destinations, ascending, each once
     counts: Tensor          # edges per destination
-
-
-def seed_order(pieces: List[EdgePiece]) -> Tensor:
-    """Where each edge of the concatenated ``pieces`` goes when all are ordered by
-    destination (a destination's edges keep their order; destinations of different
-    pieces never coincide): a permutation of ``range(total edges)``."""
-    seeds = torch.cat([p.seeds for p in pieces])
-    counts = torch.cat([p.counts for p in pieces]).to(torch.long)
-    total = int(counts.sum())
-    if seeds.numel() == 0:
-        return torch.empty(0, dtype=torch.long)
-    starts = torch.cumsum(counts, 0) - counts  # each seed's first edge, as given
-    lo, hi = (int(v) for v in torch.aminmax(seeds))
-    by_seed = torch.zeros(hi - lo + 1, dtype=torch.long)  # seeds are frontier positions
-    by_seed[seeds - lo] = counts
-    ordered = (torch.cumsum(by_seed, 0) - by_seed)[seeds - lo]  # ... once in order
-    return torch.arange(total) + torch.repeat_interleave(ordered - starts, counts,
-                                                         output_size=total)
 
 
 @dataclass
@@ -226,9 +210,11 @@ class HopState:
         number of edges added."""
         if len(pieces) == 1:
             p = pieces[0]
-            self.add_edges(edge_type, p.col, p.nbrs, p.eids, p.batch, p.original)
+            col = p.col if p.col is not None else torch.repeat_interleave(
+                p.seeds, p.counts, output_size=p.nbrs.numel())
+            self.add_edges(edge_type, col, p.nbrs, p.eids, p.batch, p.original)
             return int(p.nbrs.numel())
-        dest = seed_order(pieces)
+        runs = seed_runs([p.seeds for p in pieces], [p.counts for p in pieces])
         if self.original is not None:
             if any(p.original is None for p in pieces):
                 raise ValueError("this hop state records original edge ids: pass them")
@@ -236,19 +222,15 @@ class HopState:
             start = column.size
             for p in pieces:  # in place where drawn, then put in order
                 column.append(p.original)
-            column.scatter_tail(start, dest)
+            column.order_tail(start, runs)
 
         def ordered(parts: List[Tensor]) -> Tensor:
-            cat = torch.cat(parts)
-            out = torch.empty_like(cat)
-            out[dest] = cat
-            return out
+            return take_runs(torch.cat(parts), runs)
 
         batch = ordered([p.batch for p in pieces]) if pieces[0].batch is not None else None
-        self._add_nodes(edge_type, ordered([p.col for p in pieces]),
-                        ordered([p.nbrs for p in pieces]), ordered([p.eids for p in pieces]),
-                        batch)
-        return int(dest.numel())
+        self._add_nodes(edge_type, runs.col, ordered([p.nbrs for p in pieces]),
+                        ordered([p.eids for p in pieces]), batch)
+        return runs.total
 
     def _column(self, edge_type: EdgeType) -> Column:
         if edge_type not in self.original:

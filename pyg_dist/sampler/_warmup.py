@@ -18,6 +18,7 @@ import torch
 from pyg_dist.rpc import _routing as routing
 from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor, _gather as row_copy
 from pyg_dist.sampler._node_index import NodeIndex
+from pyg_dist.sampler._runs import seed_runs, take_runs
 
 _LOCK = threading.Lock()
 _DONE = False
@@ -107,7 +108,11 @@ def _feature_kernels() -> None:
 
 
 def _index_kernels() -> None:
-    """Insert (with growth) and lookup of the node index used to dedupe and relabel."""
+    """Insert (with growth) and lookup of the node index used to dedupe and relabel, and
+    the merge of one hop's runs of edges."""
     index = NodeIndex(2)
     index.insert(torch.arange(40))
     index.lookup(torch.tensor([3, 100]))
+    runs = seed_runs([torch.tensor([2, 0]), torch.tensor([1])], [torch.tensor([1, 0]),
+                                                               torch.tensor([2])])
+    take_runs(torch.arange(3), runs)  # merging one hop's pieces of several partitions

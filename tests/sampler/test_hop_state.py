@@ -3,7 +3,7 @@ column of original edge ids."""
 import pytest
 import torch
 
-from pyg_dist.sampler._hop_state import ID_BITS, Column, EdgePiece, HopState, seed_order
+from pyg_dist.sampler._hop_state import ID_BITS, Column, EdgePiece, HopState
 from pyg_dist.sampler._sample_kernels import sample_one_hop
 from pyg_dist.sampler._types import HopRequest, HopResponse
 
@@ -210,8 +210,16 @@ def test_pieces_of_several_partitions_are_merged_in_frontier_order():
     assert out.num_sampled_nodes["a"] == [4, 4]
 
 
-def test_seed_order_of_pieces_with_no_edges_and_one_piece():
-    empty = EdgePiece(T([], ), T([]), T([]), None, None, T([1, 2]), T([0, 0]))
-    one = EdgePiece(T([0, 0]), T([5, 6]), T([0, 1]), None, None, T([0]), T([2]))
-    assert seed_order([empty, one]).tolist() == [0, 1]
-    assert seed_order([one, empty]).tolist() == [0, 1]
+def test_pieces_with_no_edges_are_merged_around():
+    """A piece whose destinations drew no edges takes no place in the merged order."""
+    for first_empty in (True, False):
+        state = HopState({"a": T([10, 11, 12])}, disjoint=False)
+        none = torch.zeros(0, dtype=torch.long)
+        empty = EdgePiece(None, none, none, None, None, T([1, 2]), T([0, 0]))
+        one = EdgePiece(None, T([5, 6]), T([0, 1]), None, None, T([0]), T([2]))
+        assert state.add_hop_edges(AA, [empty, one] if first_empty else [one, empty]) == 2
+        state.end_hop({AA: 2})
+        out = state.output([AA])
+        assert out.col[AA].tolist() == [0, 0]
+        assert out.node["a"][out.row[AA]].tolist() == [5, 6]
+        assert out.edge[AA].tolist() == [0, 1]

@@ -1,0 +1,92 @@
+"""Putting one hop's edges from several partitions in a single machine's order.
+
+Each partition answers a hop with its destinations' edges, a destination's edges side by
+side (a *run*). A single machine lists them by destination: the merged order is the
+runs sorted by destination, each run kept as it is. :func:`seed_runs` finds that order
+once per hop and edge type; :func:`take_runs` then moves every per-edge column (sources,
+edge ids, original ids) into it run by run, a sequential copy per run, instead of
+scattering every edge through a permutation of the edges.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numba
+import numpy as np
+import torch
+from torch import Tensor
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@numba.njit(**_JIT)
+def _take_runs(src, starts, counts, order, dst):
+    """``dst`` = the runs ``src[starts[j]:starts[j] + counts[j]]`` for ``j`` in
+    ``order``, one after the other (the caller checks every run lies in ``src`` and
+    ``dst`` holds their total)."""
+    o = 0
+    for k in range(order.shape[0]):
+        j = order[k]
+        s, c = starts[j], counts[j]
+        for t in range(c):
+            dst[o + t] = src[s + t]
+        o += c
+
+
+@dataclass
+class Runs:
+    """The runs of concatenated pieces and their merged order.
+
+    Attributes:
+        order: runs in merged order (indices into ``starts``/``counts``).
+        starts: where each run starts in the concatenated pieces.
+        counts: edges per run.
+        total: edges in all runs.
+        col: the merged edges' destinations (each run's destination, repeated).
+    """
+    order: np.ndarray
+    starts: np.ndarray
+    counts: np.ndarray
+    total: int
+    col: Tensor
+
+
+def seed_runs(seeds: Sequence[Tensor], counts: Sequence[Tensor]) -> Runs:
+    """The merged order of pieces given as their destinations (``seeds``; distinct over
+    all pieces) and edges per destination (``counts``), pieces in concatenation order.
+
+    Raises:
+        ValueError: if a count is negative, or the pieces' seeds and counts differ in
+            number.
+    """
+    seed = torch.cat(list(seeds)).long()
+    count = torch.cat(list(counts)).long()
+    if seed.numel() != count.numel():
+        raise ValueError(f"{seed.numel()} destinations but {count.numel()} edge counts")
+    if count.numel() and int(count.min()) < 0:
+        raise ValueError("a negative edge count")
+    order = torch.argsort(seed, stable=True)
+    starts = torch.cumsum(count, 0) - count
+    total = int(count.sum())
+    col = torch.repeat_interleave(seed[order], count[order], output_size=total)
+    return Runs(order.numpy(), starts.numpy(), count.numpy(), total, col)
+
+
+def take_runs(src: Tensor, runs: Runs, out: Optional[Tensor] = None) -> Tensor:
+    """``src`` (the concatenated pieces' values, one per edge, 1-D int64) in merged
+    order, written into ``out`` (a new tensor by default; not ``src`` itself).
+
+    Raises:
+        ValueError: if ``src`` or ``out`` does not hold one value per edge.
+    """
+    if src.dim() != 1 or src.numel() != runs.total:
+        raise ValueError(f"{tuple(src.shape)} values for {runs.total} edges")
+    out = torch.empty_like(src) if out is None else out
+    if out.shape != src.shape or out.dtype != src.dtype or not out.is_contiguous():
+        raise ValueError(f"output {tuple(out.shape)} {out.dtype} for {tuple(src.shape)} "
+                         f"{src.dtype} values")
+    if runs.total:
+        _take_runs(src.contiguous().numpy(), runs.starts, runs.counts, runs.order,
+                   out.numpy())
+    return out
