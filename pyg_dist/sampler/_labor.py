@@ -36,7 +36,7 @@ from torch import Tensor
 
 from pyg_dist._madvise import empty_large
 from pyg_dist.sampler._checks import check_csc, check_sample_args
-from pyg_dist.sampler._labor_rank import FAST_MAX, pick_by_rank
+from pyg_dist.sampler._labor_rank import FAST_MAX, hash_bits, pick_by_rank
 from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, SampledHop, prefetch
 
 __all__ = ["GOLDEN", "mix64", "batch_seed", "hop_seed", "type_seed",
@@ -90,11 +90,7 @@ def variates(keys: np.ndarray, seed: int) -> np.ndarray:
 
 @numba.njit(inline="always", **_JIT)
 def _variate(seed: np.uint64, key: np.uint64) -> float:
-    z = seed + (key + np.uint64(1)) * _GOLD
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (float(np.int64(z >> np.uint64(11))) + 0.5) * _SCALE  # exact: < 2^53
+    return (float(hash_bits(seed, key)) + 0.5) * _SCALE  # float() exact: < 2^53
 
 
 @numba.njit(inline="always", **_JIT)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["FAST_MAX", "ALL_MAX", "rank_of", "rank_of_bits", "pick_by_rank"]
+__all__ = ["FAST_MAX", "ALL_MAX", "hash_bits", "rank_of", "rank_of_bits", "pick_by_rank"]
 
 #: fan-outs up to this are picked here (above, a heap in floats)
 FAST_MAX = 32
@@ -37,13 +37,20 @@ _TWO53 = 9007199254740992.0
 
 
 @numba.njit(inline="always", **_JIT)
-def rank_of(seed: np.uint64, key: np.uint64) -> int:
-    """An integer ordered (and tied) exactly as the variate ``r`` of ``key`` under
-    ``seed`` (:func:`pyg_dist.sampler._labor.variates`)."""
+def hash_bits(seed: np.uint64, key: np.uint64) -> int:
+    """The 53-bit hash ``x`` of ``key`` under ``seed`` (SplitMix64's output function of
+    ``seed + (key + 1) * golden``, its top 53 bits): LABOR's ``r`` is ``(x + 0.5) * 2^-53``."""
     z = seed + (key + np.uint64(1)) * _GOLD
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return rank_of_bits(np.int64((z ^ (z >> np.uint64(31))) >> np.uint64(11)))
+    return np.int64((z ^ (z >> np.uint64(31))) >> np.uint64(11))
+
+
+@numba.njit(inline="always", **_JIT)
+def rank_of(seed: np.uint64, key: np.uint64) -> int:
+    """An integer ordered (and tied) exactly as the variate ``r`` of ``key`` under
+    ``seed`` (:func:`pyg_dist.sampler._labor.variates`)."""
+    return rank_of_bits(hash_bits(seed, key))
 
 
 @numba.njit(inline="always", **_JIT)
