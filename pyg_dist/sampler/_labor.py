@@ -36,6 +36,7 @@ from torch import Tensor
 
 from pyg_dist._madvise import empty_large
 from pyg_dist.sampler._checks import check_csc, check_sample_args
+from pyg_dist.sampler._labor_rank import FAST_MAX, hash_bits, pick_by_rank
 from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, SampledHop, prefetch
 
 __all__ = ["GOLDEN", "mix64", "batch_seed", "hop_seed", "type_seed",
@@ -89,11 +90,7 @@ def variates(keys: np.ndarray, seed: int) -> np.ndarray:
 
 @numba.njit(inline="always", **_JIT)
 def _variate(seed: np.uint64, key: np.uint64) -> float:
-    z = seed + (key + np.uint64(1)) * _GOLD
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (float(np.int64(z >> np.uint64(11))) + 0.5) * _SCALE  # exact: < 2^53
+    return (float(hash_bits(seed, key)) + 0.5) * _SCALE  # float() exact: < 2^53
 
 
 @numba.njit(inline="always", **_JIT)
@@ -225,6 +222,22 @@ def _bounds(indptr, weights, seeds, fanout, use_weight):
 
 
 @numba.njit(**_JIT)
+def _pick(keys, ties, weights, seed, a, b, k, use_weight, bufs, pos, at) -> None:
+    """Writes the CSC positions of row ``a..b``'s ``k`` first-ranked edges to
+    ``pos[at:at+k]``: in integers (:func:`~pyg_dist.sampler._labor_rank.pick_by_rank`)
+    where the row fits, else in floats."""
+    buf, vals, slot, cand, fvals, bv = bufs
+    if not use_weight and k <= FAST_MAX and \
+            pick_by_rank(keys, ties, seed, a, b - a, k, buf, vals, slot, pos, at):
+        return
+    m = _candidates(keys, weights, seed, a, b, k, use_weight, fvals, cand)
+    if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
+        _first_k(fvals, cand, m, k, keys, ties, bv, pos, at)
+    else:
+        _smallest(fvals, keys, ties, cand, m, k, buf, pos, at)
+
+
+@numba.njit(**_JIT)
 def _gather(indices, ties, pos, values):
     """The drawn edges' sources and (``values``) their ``ties``, prefetched ahead."""
     total = pos.shape[0]
@@ -243,25 +256,28 @@ def _gather(indices, ties, pos, values):
 
 @numba.njit(**_JIT)
 def _labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
-    """Per seed, the ``min(fanout, eligible)`` in-edges of smallest ``r / w``."""
+    """Per seed, the ``min(fanout, eligible)`` in-edges of smallest ``r / w``; every
+    line of a row's keys is prefetched ``PREFETCH_AHEAD`` seeds ahead."""
     start, end, counts = _bounds(indptr, weights, seeds, fanout, use_weight)
-    n, widest = seeds.shape[0], 0
+    n, widest = seeds.shape[0], 1
     for i in range(n):
         widest = max(widest, end[i] - start[i])
     pos = np.empty(counts.sum(), dtype=np.int64)
-    vals, cand = np.empty(widest, dtype=np.float64), np.empty(widest, dtype=np.int64)
-    heap, bv = np.empty(widest, dtype=np.int64), np.empty(_INSERT_MAX, dtype=np.float64)
-    at = 0
+    bufs = (np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64),
+            np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64),
+            np.empty(widest, dtype=np.float64), np.empty(_INSERT_MAX, dtype=np.float64))
+    line, at = max(64 // keys.itemsize, 1), 0
     for i in range(n):
         if i + PREFETCH_AHEAD < n:
-            prefetch(keys, start[i + PREFETCH_AHEAD])
-        k = counts[i]
-        m = _candidates(keys, weights, seed, start[i], end[i], k, use_weight, vals, cand)
-        if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
-            _first_k(vals, cand, m, k, keys, ties, bv, pos, at)
-        else:
-            _smallest(vals, keys, ties, cand, m, k, heap, pos, at)
-        at += k
+            a, b = start[i + PREFETCH_AHEAD], end[i + PREFETCH_AHEAD]
+            for e in range(a, b, line):
+                prefetch(keys, e)
+            if b > a:  # the last line, when the row does not start on one
+                prefetch(keys, b - 1)
+        if counts[i] > 0:
+            _pick(keys, ties, weights, seed, start[i], end[i], counts[i], use_weight, bufs,
+                  pos, at)
+        at += counts[i]
     return counts, pos
 
 

@@ -191,3 +191,46 @@ def test_kernel_checks_its_key_arrays():
         sample_labor_hop(colptr, row, row, torch.tensor([10_000]), 2, 1)
     assert labor.batch_seed(np.random.default_rng(3)) == \
         labor.batch_seed(np.random.default_rng(3))
+
+
+def test_integer_ranks_order_and_tie_as_the_float_variates():
+    """Above 2^52 the variate's ``x + 0.5`` rounds half to even: 2m - 1 and 2m tie."""
+    from pyg_dist.sampler._labor_rank import rank_of_bits
+    top = 2**53 - 1
+    xs = [0, 1, 2, 2**52 - 2, 2**52 - 1, 2**52, 2**52 + 1, 2**52 + 2, 2**52 + 3,
+          2**52 + 4, top - 2, top - 1, top]
+    xs += np.random.default_rng(0).integers(0, 2**53, 2000).tolist()
+    r = [(float(x) + 0.5) * 2.0**-53 for x in xs]
+    ranks = [rank_of_bits(x) for x in xs]
+    for i in range(len(xs)):
+        for j in (i + 1, (i * 7 + 3) % len(xs)):
+            j %= len(xs)
+            assert (r[i] < r[j]) == (ranks[i] < ranks[j]) and \
+                (r[i] == r[j]) == (ranks[i] == ranks[j]), (xs[i], xs[j])
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_integer_path_equals_reference_on_ties_and_degrees_around_k(case):
+    """Fan-outs up to 32 pick in integers: rows of degree around k, 2k and 4k (the
+    filters and their fallbacks), few distinct sources (repeated edges: ties broken by
+    source, then edge id, here random), fan-outs at the path's limit, and int64 keys."""
+    gen = np.random.default_rng(case)
+    fanout = [1, 2, 3, 5, 10, 15, 31, 32, 33, -1, 5, 10][case]
+    k = max(fanout, 4)
+    deg = gen.choice([0, 1, k - 1, k, k + 1, 2 * k, 2 * k + 1, 4 * k, 4 * k + 1, 9 * k,
+                      600], 150)
+    colptr = torch.from_numpy(np.concatenate([[0], np.cumsum(deg)]))
+    space = [5, 40, 10**9][case % 3]  # 5 distinct sources: ties nearly everywhere
+    row = torch.from_numpy(gen.integers(0, space, int(colptr[-1])))
+    eid = torch.from_numpy(gen.permutation(row.numel()))
+    seeds = torch.from_numpy(gen.permutation(150)[:100])
+    keys = row if case % 2 else row.to(torch.int32)
+    for random_seed in range(4):
+        seed = type_seed(hop_seed(random_seed, 0), HOMO_NODE)
+        hop = sample_labor_hop(colptr, row, keys, seeds, fanout, seed, edge_ids=eid,
+                               edge_values=True)
+        ref = labor_sample({HOMO_EDGE: (colptr, row, None, eid)}, {HOMO_NODE: seeds},
+                           {HOMO_EDGE: [fanout]}, random_seed)
+        dst, src, edge = ref.hops[0][HOMO_EDGE]
+        assert torch.equal(torch.repeat_interleave(seeds, hop.counts), dst)
+        assert torch.equal(hop.nbrs, src) and torch.equal(hop.values, edge)
