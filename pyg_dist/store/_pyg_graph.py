@@ -7,7 +7,8 @@ Edge ids are the dataset's original edge ids. For the edge types of a partition,
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from torch import Tensor
 from torch_geometric.data import EdgeAttr
@@ -18,12 +19,44 @@ from pyg_dist.store._pyg_surface import PartitionAttributes
 from pyg_dist._typing import EdgeType, NodeType, edge_type_of
 
 
+class EdgeIndexView(Mapping):
+    """``torch_geometric.distributed``'s ``LocalGraphStore._edge_index``, read-only:
+    ``view[(edge_type, layout)]`` is ``graph_store.get_edge_index(edge_type,
+    layout=layout)`` (original ids; ``edge_type`` is ``None`` for a homogeneous graph),
+    so scripts that read PyG's dict keep working. Edges are added with
+    ``put_edge_index``, never through this view.
+
+    Args:
+        store: the graph store it reads.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getitem__(self, key: Tuple[Any, Any]) -> Any:
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise KeyError(f"_edge_index keys are (edge_type, layout), got {key!r}")
+        edge_type, layout = key
+        return self._store.get_edge_index(edge_type=edge_type, layout=layout)
+
+    def __iter__(self) -> Iterator[Tuple[Any, str]]:
+        return iter([(a.edge_type, a.layout.value) for a in self._store.get_all_edge_attrs()])
+
+    def __len__(self) -> int:
+        return len(self._store.get_all_edge_attrs())
+
+
 class PygGraphApi(PartitionAttributes):
     """PyG's ``LocalGraphStore`` surface over pyg_dist's store (a mixin of
     :class:`~pyg_dist.store.LocalGraphStore`)."""
 
     memory: MemoryEdges
     csc_by_type: Dict[EdgeType, Any]
+
+    @property
+    def _edge_index(self) -> EdgeIndexView:
+        """PyG's ``_edge_index`` dict, read-only (:class:`EdgeIndexView`)."""
+        return EdgeIndexView(self)
 
     def _partition_type(self, attr: EdgeAttr) -> Optional[EdgeType]:
         """The partition's edge type ``attr`` names, or ``None`` (edges put by the user)."""

@@ -229,6 +229,29 @@ def test_coo_edge_index_is_one_tensor_as_pygs(temporal) -> None:
     assert torch.equal(edge_index, data.edge_index[:, eid])
 
 
+@pytest.mark.parametrize("which", ["temporal", "hetero"])
+def test_edge_index_dict_reads_as_pygs(which: str, request) -> None:
+    """PyG's scripts and tests read ``graph_store._edge_index[(edge_type, 'coo')]``:
+    the partition's edges in original ids, read-only."""
+    data, root = request.getfixturevalue(which)
+    _, edges = typed(data)
+    gs = LocalGraphStore.from_partition(root, 1)
+    keys = list(gs._edge_index)
+    assert len(keys) == len(gs._edge_index) == len(gs.get_all_edge_attrs()) > 0
+    for edge_type, layout in keys:
+        assert layout == "coo"
+        row, col = gs._edge_index[(edge_type, layout)]
+        eid = gs.get_edge_id(edge_type, "coo")
+        src, dst = edges[edge_type if gs.is_hetero else ("_N", "_E", "_N")]
+        assert torch.equal(row, src[eid]) and torch.equal(col, dst[eid])
+    with pytest.raises(KeyError):
+        gs._edge_index[(("no", "such", "type"), "coo")]
+    with pytest.raises(KeyError, match="edge_type, layout"):
+        gs._edge_index["coo"]
+    with pytest.raises(TypeError):
+        gs._edge_index[keys[0]] = torch.zeros(2, 1)
+
+
 def test_node_time_answers_for_every_node_as_pygs_partitions(temporal) -> None:
     """PyG's partitions hold every node's ``time``: ``get_tensor`` without ``index`` gives
     all of them in original id order, and ``index`` takes any node; other attributes keep
