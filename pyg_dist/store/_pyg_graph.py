@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+import torch
 from torch import Tensor
 from torch_geometric.data import EdgeAttr
-from torch_geometric.utils import sort_edge_index
 
 from pyg_dist.store._from_tensors import MemoryEdges, edge_group
 from pyg_dist.store._pyg_surface import PartitionAttributes
@@ -138,7 +138,10 @@ class PygGraphApi(PartitionAttributes):
 
     def _put_coo(self, edge_type: Optional[EdgeType], edge_index: Tensor,
                  edge_id: Optional[Tensor], size: Tuple[int, int], is_sorted: bool) -> None:
-        """Puts COO edges sorted by destination (sorting them unless ``is_sorted``)."""
+        """Puts COO edges sorted by destination (sorting them unless ``is_sorted``):
+        a stable sort, so the edges into one node keep the order they were given in,
+        as PyG's ``to_csc`` keeps them (and with them the order a full fan-out lists
+        neighbours in)."""
         if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or \
                 edge_index.size(0) != 2:
             got = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else \
@@ -149,7 +152,9 @@ class PygGraphApi(PartitionAttributes):
             raise ValueError(f"edge_id of {edge_type!r} has {edge_id.numel()} ids for "
                              f"{edge_index.size(1)} edges")
         if not is_sorted:
-            edge_index, edge_id = sort_edge_index(edge_index, edge_id, sort_by_row=False)
+            perm = torch.sort(edge_index[1], stable=True).indices
+            edge_index = edge_index[:, perm]
+            edge_id = None if edge_id is None else edge_id[perm]
         attr = EdgeAttr(edge_group(edge_type), "coo", True, size)
         self.put_edge_index(edge_index, attr)
         if edge_id is not None:
