@@ -5,7 +5,8 @@ path; it looks the callee up by name in the receiving process. The registry know
 callee itself (rpc sits below the layers that define them): the layer that owns a
 callee registers it with :func:`callee` when its module is imported, and imports that
 module where it starts serving: ``pyg_dist.sampler._serving.CALLEE_MODULES``
-(``sampler.hop``, ``sampler.features``, ``sampler.has_edges``) and
+(``sampler.hop``, ``sampler.features``, ``sampler.has_edges``,
+``sampler.earliest_node``) and
 :mod:`pyg_dist.embedding._tensor` (``embedding.read``, ``embedding.write``, defined in
 :mod:`pyg_dist.embedding._shards`). A peer only calls a callee on a process
 that serves its object, which that process created through the owning layer.

@@ -2,7 +2,9 @@
 
 Follows PyG's ``LinkNeighborLoader`` semantics: ``binary`` negatives are random
 ``(src, dst)`` pairs labelled 0; ``triplet`` negatives are random destinations per
-positive. Unlike PyG, negatives that are real edges are re-drawn (a few rounds).
+positive. With a node-level ``time_attr`` and edge label times, a negative is a node that
+exists at its seed edge's time, as PyG draws them (:mod:`pyg_dist.sampler._node_times`).
+Unlike PyG, negatives that are real edges are re-drawn (a few rounds).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pyg_dist.rpc._runtime import RpcGroup
 from pyg_dist.sampler import _direct as direct
 from pyg_dist.sampler._checks import RemoteResponseError
 from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.sampler._node_times import NodeTimes
 from pyg_dist.sampler._types import LinkSeeds, SampledBatch, SampledSubgraph, SamplingConfig
 from pyg_dist.store import LocalGraphStore
 from pyg_dist._typing import EdgeType, NodeType
@@ -44,6 +47,9 @@ class SubgraphSampler(Protocol):
 
     @property
     def is_hetero(self) -> bool: ...
+
+    @property
+    def node_times(self) -> NodeTimes: ...
 
     def by_owner(self, node_type: NodeType, ids: Tensor) -> List[Tuple[int, Tensor]]: ...
 
@@ -124,21 +130,43 @@ def _generator(rng: Optional[np.random.Generator]) -> Optional[torch.Generator]:
 
 async def negatives(sampler: SubgraphSampler, edge_type: EdgeType, src: Tensor,
                     num_dst_per_src: int, neg: NegativeSampling,
-                    gen: Optional[torch.Generator] = None) -> Tuple[Tensor, Tensor]:
-    """Random ``(src, dst)`` non-edges: ``src`` given (or drawn if empty), ``dst`` drawn.
+                    gen: Optional[torch.Generator] = None,
+                    limit: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """Random ``(src, dst)`` non-edges: ``src`` given, ``num_dst_per_src`` ``dst`` drawn
+    for each.
 
     Pairs that turn out to be edges are re-drawn up to :data:`NEGATIVE_ROUNDS` times
-    (on dense graphs a few may remain, as in PyG).
+    (on dense graphs a few may remain, as in PyG). ``limit``: the latest node time
+    allowed for each ``src``'s destinations (see :meth:`NodeTimes.bounded`).
     """
     n_dst = sampler.meta.num_nodes[edge_type[2]]
     src = src.repeat_interleave(num_dst_per_src)
-    dst = _draw(src.numel(), n_dst, neg.dst_weight, gen)
+
+    def draw(num: int) -> Tensor:
+        return _draw(num, n_dst, neg.dst_weight, gen)
+
+    dst = draw(src.numel())
+    if limit is not None:
+        dst = await sampler.node_times.bounded(
+            edge_type[2], dst, limit.repeat_interleave(num_dst_per_src), draw,
+            lambda ids: _edge_mask(sampler, edge_type, src, ids))
+        return src, dst
     for _ in range(NEGATIVE_ROUNDS):
         bad = await _edge_mask(sampler, edge_type, src, dst)
         if not bool(bad.any()):
             break
-        dst[bad] = _draw(int(bad.sum()), n_dst, neg.dst_weight, gen)
+        dst[bad] = draw(int(bad.sum()))
     return src, dst
+
+
+def _time_limit(sampler: SubgraphSampler, node_type: NodeType, time: Optional[Tensor],
+                num: int) -> Optional[Tensor]:
+    """The latest node time allowed for ``num`` negatives of ``node_type`` (negative
+    ``i`` pairs with seed edge ``i % len(time)``, as PyG's): ``None`` without edge label
+    times or a node-level ``time_attr`` of that type (then PyG does not bound either)."""
+    if time is None or sampler.node_times.attr(node_type) is None:
+        return None
+    return time.long().repeat(math.ceil(num / max(time.numel(), 1)))[:num]
 
 
 def _input_edge_type(sampler: SubgraphSampler, inputs: EdgeSamplerInput) -> EdgeType:
@@ -163,7 +191,12 @@ async def link_seeds(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
         num_neg = math.ceil(num_pos * neg.amount)
         n_src = sampler.meta.num_nodes[edge_type[0]]
         neg_src = _draw(num_neg, n_src, neg.src_weight, gen)
-        neg_src, neg_dst = await negatives(sampler, edge_type, neg_src, 1, neg, gen)
+        limit = _time_limit(sampler, edge_type[0], time, num_neg)
+        if limit is not None:
+            neg_src = await sampler.node_times.bounded(
+                edge_type[0], neg_src, limit, lambda n: _draw(n, n_src, neg.src_weight, gen))
+        neg_src, neg_dst = await negatives(sampler, edge_type, neg_src, 1, neg, gen,
+                                           _time_limit(sampler, edge_type[2], time, num_neg))
         src, dst = torch.cat([src, neg_src]), torch.cat([dst, neg_dst])
         label = torch.ones(num_pos) if label is None else label
         label = torch.cat([label, label.new_zeros((num_neg, *label.shape[1:]))])
@@ -173,7 +206,7 @@ async def link_seeds(sampler: SubgraphSampler, inputs: EdgeSamplerInput,
         if label is not None:
             raise ValueError("triplet negative sampling does not take edge labels")
         _, neg_dst = await negatives(sampler, edge_type, inputs.row, int(neg.amount), neg,
-                                     gen)
+                                     gen, _time_limit(sampler, edge_type[2], time, num_pos))
         neg_dst = neg_dst.view(num_pos, -1).t().reshape(-1)  # grouped by round, like PyG
         dst = torch.cat([dst, neg_dst])
         if time is not None:

@@ -27,7 +27,6 @@ from pyg_dist.sampler._compat import accept_pyg_sampler_options, pyg_order
 from pyg_dist.sampler._induced import induce
 from pyg_dist.sampler import _direct as direct, _hop_round as hop_round, _labor as labor, _timing as timing
 from pyg_dist.sampler._cache import shared as shared_cache
-from pyg_dist.sampler._features import FeatureFetcher
 from pyg_dist.sampler._hop_round import Plan
 from pyg_dist.sampler._hop_state import HopState
 from pyg_dist.sampler._id_lookup import relabel
@@ -267,10 +266,7 @@ class DistNeighborSampler(PygDriving, BaseSampler):
         if missing:
             raise ValueError(f"temporal node sampling needs seed times: pass them, or store "
                              f"node attribute '{attr}' for node type(s) {missing}")
-        fetcher = FeatureFetcher(self.group, self.local, self.meta,
-                                 node_attrs={t: [attr] for t in seeds}, edge_attrs={})
-        got = await fetcher.fetch(seeds, {}, unique=False)
-        return {t: got.nodes[t][attr].long().view(-1) for t in seeds}
+        return {t: await self.node_times.of(t, ids) for t, ids in seeds.items()}
 
     # ---- batches, and PyG's BaseSampler interface --------------------------------------
     async def sample_nodes(self, inputs: NodeSamplerInput,

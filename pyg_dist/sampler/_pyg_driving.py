@@ -38,6 +38,7 @@ from pyg_dist.sampler import _direct as direct
 from pyg_dist.sampler._direct import DirectReads
 from pyg_dist.sampler._features import FeatureFetcher
 from pyg_dist.sampler._local import LocalSampler
+from pyg_dist.sampler._node_times import NodeTimes
 from pyg_dist.sampler._serving import serving_group
 from pyg_dist.sampler._types import SamplingConfig
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -73,6 +74,7 @@ class PygDriving:
     config: SamplingConfig
     _binding: Optional[Binding] = None
     _id_fetcher: Optional[FeatureFetcher] = None
+    _node_times: Optional[NodeTimes] = None
     # DistNeighborSampler's: its stores and options; the cache; sampling in original ids
     features: LocalFeatureStore
     graph: LocalGraphStore
@@ -106,6 +108,13 @@ class PygDriving:
                 self.group, self.local, self.meta, edge_attrs={},
                 node_attrs={t: [ID_ATTR] for t in self.meta.node_types})
         return self._id_fetcher
+
+    @property
+    def node_times(self) -> NodeTimes:
+        """Node-level times (``time_attr``) of any node, fetched from the owners."""
+        if self._node_times is None:
+            self._node_times = NodeTimes(self)
+        return self._node_times
 
     async def original_ids_of(self, node_type: NodeType, ids: Tensor) -> Tensor:
         """The original ids of relabelled node ids ``ids`` (one request per owner)."""
@@ -175,20 +184,24 @@ class PygDriving:
             num_nodes: the graph's node count (an ``int``: all types together; or a
                 dict by node type), checked against the partitioning.
             disjoint: must be the sampler's own (``disjoint`` or ``time_attr``).
-            node_time: PyG bounds negatives by it; without ``neg_sampling`` it has no
-                effect (with it: not supported).
+            node_time: PyG bounds negatives by it (with ``inputs.time``); pyg_dist
+                bounds them by the sampler's own node-level ``time_attr``, where PyG's
+                scripts take ``node_time`` from (a sampler without one: not supported).
             neg_sampling: negatives, as :meth:`sample_from_edges`.
 
         Raises:
             ValueError: ``num_nodes`` or ``disjoint`` disagree with the sampler.
-            NotImplementedError: another ``sample_fn``, or ``node_time`` with negatives.
+            NotImplementedError: another ``sample_fn``, or ``node_time`` with negatives
+                for a sampler without a node-level ``time_attr``.
         """
         if sample_fn != self.node_sample:
             raise NotImplementedError("edge_sample() samples with this sampler's own "
                                       "node_sample; another sample_fn is not supported")
-        if node_time is not None and neg_sampling is not None:
-            raise NotImplementedError("edge_sample(): negatives bounded by node_time are not "
-                                      "supported; pass node_time=None")
+        if node_time is not None and neg_sampling is not None and not any(
+                self.node_times.attr(t) for t in self.meta.node_types):
+            raise NotImplementedError("edge_sample(): this sampler bounds negatives by its own "
+                                      "node-level time_attr and has none; build it with "
+                                      "time_attr, or pass node_time=None")
         if bool(disjoint) != self.config.disjoint:
             raise ValueError(f"edge_sample(disjoint={bool(disjoint)}) but this sampler was "
                              f"built {'with' if self.config.disjoint else 'without'} disjoint "

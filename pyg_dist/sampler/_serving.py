@@ -15,7 +15,8 @@ from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.rpc._context import DistContext
 from pyg_dist.rpc._meeting import rendezvous_context
 from pyg_dist.rpc._runtime import RpcGroup
-from pyg_dist.sampler import _direct as direct, _id_lookup as id_lookup, _link as link, _local as local
+from pyg_dist.sampler import (_direct as direct, _id_lookup as id_lookup, _link as link,
+                              _local as local, _node_times as node_times)
 from pyg_dist.sampler._local import LocalSampler, serving_objects
 from pyg_dist.sampler._warmup import warm_up
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -23,9 +24,9 @@ from pyg_dist.store._memory_partition import MemoryPlan, build_partition, plan_p
 
 #: the modules defining the callees a process serving a partition answers
 #: (``sampler.hop`` and ``sampler.features`` in local, ``sampler.has_edges`` in link,
-#: ``graph.find_ids`` in id_lookup): importing them registered those callees with
-#: :mod:`pyg_dist.rpc._registry`
-CALLEE_MODULES = (local, link, id_lookup)
+#: ``graph.find_ids`` in id_lookup, ``sampler.earliest_node`` in node_times): importing
+#: them registered those callees with :mod:`pyg_dist.rpc._registry`
+CALLEE_MODULES = (local, link, id_lookup, node_times)
 
 
 def check_stores(ctx: DistContext, features: LocalFeatureStore, graph: LocalGraphStore) -> None:

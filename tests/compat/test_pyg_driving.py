@@ -78,7 +78,7 @@ def test_used_first_it_joins_by_itself(stores):
     (dict(disjoint=True), ValueError, r"edge_sample\(disjoint=True\) but this sampler"),
     (dict(sample_fn=lambda inputs: None), NotImplementedError, r"another sample_fn"),
     (dict(node_time=torch.zeros(60), neg_sampling=NegativeSampling("binary")),
-     NotImplementedError, r"negatives bounded by node_time"),
+     NotImplementedError, r"bounds negatives by its own node-level time_attr"),
 ])
 def test_edge_sample_checks_pygs_arguments(stores, kwargs, error, match):
     sampler = DistNeighborSampler(stores, num_neighbors=[-1], current_ctx=DistContext())
