@@ -114,8 +114,7 @@ def _equal_dicts(got, want, what):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("disjoint", [False, True])
-@pytest.mark.parametrize("num_parts", [2, 3])
+@pytest.mark.parametrize("num_parts,disjoint", [(2, False), (3, True)])
 def test_hetero_memory_stores_sample_as_single_machine_pyg(num_parts, disjoint):
     results = run_ranks(_job, num_parts, num_parts, disjoint, timeout=150)
     for rank, got in enumerate(results):
