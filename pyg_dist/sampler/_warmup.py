@@ -24,7 +24,7 @@ import torch
 
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import _routing as routing
-from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor, _gather as row_copy
+from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor_hop, _gather as row_copy
 from pyg_dist.sampler._node_index import NodeIndex
 from pyg_dist.sampler._runs import seed_runs, take_runs
 
@@ -64,7 +64,7 @@ def warm_up_for(sampling_strategy: str, meta: PartitionMeta) -> float:
     ``sampling_strategy`` (``"neighbor"`` or ``"labor"``): LABOR's kernels only for LABOR,
     with int64 source keys only where a node type needs them."""
     use = sampling_strategy == "labor"
-    wide = any(labor.key_dtype(n) == torch.int64 for n in meta.num_nodes.values())
+    wide = any(labor_hop.key_dtype(n) == torch.int64 for n in meta.num_nodes.values())
     return warm_up(labor=use, wide_keys=use and wide)
 
 
@@ -108,8 +108,8 @@ def _labor_kernels(key_dtype: torch.dtype) -> None:
         weights = torch.rand(indices.numel(), dtype=torch.float64)
         for ids, w in ((torch.arange(indices.numel(), dtype=dtype), None),
                        (torch.arange(indices.numel()), weights)):
-            labor.sample_labor_hop(indptr, indices, indices.to(key_dtype), seeds, 40, 1,
-                                   weights=w, edge_ids=ids, edge_values=True)
+            labor_hop.sample_labor_hop(indptr, indices, indices.to(key_dtype), seeds, 40,
+                                       1, weights=w, edge_ids=ids, edge_values=True)
 
 
 def _feature_kernels() -> None:
@@ -140,6 +140,7 @@ def _index_kernels() -> None:
 
 
 def _neighbor_parts() -> None:
+    """Everything but LABOR: neighbour sampling, feature fetching, the node index."""
     _sampling_kernels()
     _feature_kernels()
     _index_kernels()

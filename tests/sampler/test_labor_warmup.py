@@ -37,3 +37,29 @@ def test_a_labor_loader_warms_every_signature_its_batches_use():
     assert report["new"] == {}, f"compiled after the LABOR loader was built: {report['new']}"
     fill = report["labor"].get("pyg_dist.sampler._labor_kernels.labor_fill", [])
     assert len(fill) == 1, report["labor"]
+
+
+def test_labor_kernels_call_no_kernel_of_another_module():
+    """numba invalidates a cached kernel when its own file changes, not when a callee's
+    file does: every jitted function LABOR's kernels call is defined in their own module
+    (so an edit to any recompiles all), the prefetch intrinsic excepted."""
+    import numba
+    from numba.core.extending import _Intrinsic
+
+    from pyg_dist.sampler import _labor_kernels as kernels
+
+    jitted = {name: value for name, value in vars(kernels).items()
+              if isinstance(value, numba.core.dispatcher.Dispatcher)}
+    assert "labor_fill" in jitted and "pick_by_rank" in jitted
+    foreign = set()
+    for name, kernel in jitted.items():
+        assert kernel.py_func.__module__ == kernels.__name__, name
+        for ref in kernel.py_func.__code__.co_names:
+            callee = vars(kernels).get(ref)
+            module = callee.py_func.__module__ if isinstance(
+                callee, numba.core.dispatcher.Dispatcher) else \
+                callee._defn.__module__ if isinstance(callee, _Intrinsic) else None
+            if module is not None and module != kernels.__name__:
+                foreign.add(f"{name} -> {module}.{ref}")
+    assert foreign <= {f"{n} -> pyg_dist.sampler._sample_kernels.prefetch"
+                       for n in ("_bounds", "labor_fill", "gather_drawn")}, foreign
