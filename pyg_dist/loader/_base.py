@@ -43,6 +43,7 @@ from pyg_dist.store._original_ids import BATCH_IDS, PartIds
 from pyg_dist.sampler._neighbor_sampler import DistNeighborSampler
 from pyg_dist.sampler._stores import unpack_stores
 from pyg_dist.sampler._types import NumNeighbors, SamplingConfig
+from pyg_dist.sampler._warmup import warm_up_for
 from pyg_dist.sampler._wire import WireSpec
 
 class DistLoader:
@@ -133,6 +134,8 @@ class DistLoader:
             error = exc
         self.spec = ProducerSpec({**sampling, "seed": seed, **cache},
                                  seeds.kind, seeds.input_type, seeds.neg_sampling)
+        if config is not None:  # LABOR's kernels too, before any peer may ask for them
+            warm_up_for(config.sampling_strategy, self.graph.meta)
         counts = agree_loader(type(self).__name__, seeds, (self.features, self.graph),
                               self.ctx, config, bool(cache["feature_cache"]), num_workers,
                               even_batches, own, error)

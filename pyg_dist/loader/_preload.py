@@ -7,7 +7,9 @@ Two fork servers import it: the one a trainer starts for its sampler workers
 :func:`~pyg_dist.sampler._warmup.warm_up` before joining RPC; from numba's on-disk cache
 that still takes about a second of CPU per process, and with an empty cache (a clean
 install) it compiles every kernel. Done here, it happens once per server. Numba compiles
-nothing in parallel, so the server starts no threads and the fork is safe.
+nothing in parallel, so the server starts no threads and the fork is safe. LABOR's
+kernels are not among them: a LABOR job's worker loads them itself before joining
+(:func:`~pyg_dist.sampler._warmup.warm_up_for`), from the cache its trainer filled.
 """
 from __future__ import annotations
 

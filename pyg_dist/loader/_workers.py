@@ -70,9 +70,10 @@ def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection,
     from pyg_dist.sampler._local import serving_objects
     from pyg_dist.sampler._cache.shared import attach
     from pyg_dist.store._source import FileId
-    from pyg_dist.sampler._warmup import warm_up
+    from pyg_dist.sampler._warmup import warm_up_for
 
-    warm_up()  # before joining: no peer waits on this worker's compiler
+    warm_up_for(spec.producer.sampler_kwargs.get("sampling_strategy", "neighbor"),
+                spec.graph.meta)  # before joining: no peer waits on this worker's compiler
     group = runtime.join_rpc(spec.ctx, spec.graph.num_parts,
                              serving_objects(spec.features, spec.graph), group=spec.group)
     direct.reuse(group, spec.direct)  # the same partitions its trainer reads directly

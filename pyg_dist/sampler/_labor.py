@@ -1,4 +1,5 @@
-"""Layer-neighbour (LABOR) sampling: one hop, on one partition (numba, ``nogil``).
+"""Layer-neighbour (LABOR) sampling: one hop, on one partition (kernels in
+:mod:`pyg_dist.sampler._labor_kernels`: numba, ``nogil``).
 
 LABOR (Balin and Catalyurek, NeurIPS 2023) gives every candidate vertex ``t`` one
 random variate ``r_t`` in ``(0, 1)`` per batch and layer, shared by every seed of the
@@ -27,28 +28,26 @@ where ids fit in int32, else 8), built on first use in each sampling process.
 from __future__ import annotations
 
 import zlib
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
-import numba
 import numpy as np
 import torch
 from torch import Tensor
 
 from pyg_dist._madvise import empty_large
 from pyg_dist.sampler._checks import check_csc, check_sample_args
-from pyg_dist.sampler._labor_rank import FAST_MAX, hash_bits, pick_by_rank
-from pyg_dist.sampler._sample_kernels import PREFETCH_AHEAD, SampledHop, prefetch
+from pyg_dist.sampler._labor_kernels import gather_drawn, labor_fill
+from pyg_dist.sampler._sample_kernels import SampledHop
 
 __all__ = ["GOLDEN", "mix64", "batch_seed", "hop_seed", "type_seed",
-           "variates", "sample_labor_hop", "source_keys"]
+           "variates", "sample_labor_hop", "tie_words", "key_dtype", "source_keys"]
 
 #: SplitMix64's increment (2^64 / golden ratio)
 GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
-_JIT = dict(cache=True, nogil=True)
 _GOLD = np.uint64(GOLDEN)
 _SCALE = 1.0 / 9007199254740992.0  # 2^-53
-_INSERT_MAX = 32  # up to this fan-out, insertion into a sorted buffer beats a heap
+_NO_WEIGHTS = torch.empty(0, dtype=torch.float64)  # float64, as weights: one signature
 
 
 def mix64(z: int) -> int:
@@ -88,199 +87,6 @@ def variates(keys: np.ndarray, seed: int) -> np.ndarray:
     return ((z >> np.uint64(11)).astype(np.float64) + 0.5) * _SCALE
 
 
-@numba.njit(inline="always", **_JIT)
-def _variate(seed: np.uint64, key: np.uint64) -> float:
-    return (float(hash_bits(seed, key)) + 0.5) * _SCALE  # float() exact: < 2^53
-
-
-@numba.njit(inline="always", **_JIT)
-def _ahead(va, ea, vb, eb, keys, ties) -> bool:
-    """Whether value ``va`` of edge ``ea`` ranks before value ``vb`` of edge ``eb``."""
-    if va != vb:
-        return va < vb
-    if keys[ea] != keys[eb]:
-        return keys[ea] < keys[eb]
-    return ties[ea] < ties[eb]
-
-
-@numba.njit(**_JIT)
-def _before(vals, keys, ties, a, b, ea, eb) -> bool:
-    """Whether candidate ``a`` (edge ``ea``) ranks before ``b`` (edge ``eb``): a smaller
-    variate, then a smaller source key, then a smaller edge id."""
-    if vals[a] != vals[b]:
-        return vals[a] < vals[b]
-    if keys[ea] != keys[eb]:
-        return keys[ea] < keys[eb]
-    return ties[ea] < ties[eb]
-
-
-@numba.njit(**_JIT)
-def _sift(vals, keys, ties, heap, cand, i, n) -> None:
-    """Restores the max-heap ``heap[:n]`` (of local indices, edges ``cand``) below ``i``."""
-    while True:
-        top, left, right = i, 2 * i + 1, 2 * i + 2
-        if left < n and _before(vals, keys, ties, heap[top], heap[left], cand[heap[top]],
-                                cand[heap[left]]):
-            top = left
-        if right < n and _before(vals, keys, ties, heap[top], heap[right], cand[heap[top]],
-                                 cand[heap[right]]):
-            top = right
-        if top == i:
-            return
-        heap[i], heap[top] = heap[top], heap[i]
-        i = top
-
-
-@numba.njit(**_JIT)
-def _smallest(vals, keys, ties, cand, m, k, heap, out, at) -> None:
-    """Writes the edges of the ``k`` first-ranked of ``cand[:m]`` to ``out[at:at+k]``,
-    in rank order: a bounded max-heap, O(m log k)."""
-    if k == 0:
-        return
-    for j in range(k):
-        heap[j] = j
-    for j in range(k // 2 - 1, -1, -1):
-        _sift(vals, keys, ties, heap, cand, j, k)
-    for j in range(k, m):
-        if _before(vals, keys, ties, j, heap[0], cand[j], cand[heap[0]]):
-            heap[0] = j
-            _sift(vals, keys, ties, heap, cand, 0, k)
-    for n in range(k, 0, -1):  # the last-ranked first, written from the back
-        out[at + n - 1] = cand[heap[0]]
-        heap[0] = heap[n - 1]
-        _sift(vals, keys, ties, heap, cand, 0, n - 1)
-
-
-@numba.njit(**_JIT)
-def _candidates(keys, weights, seed, a, b, k, use_weight, vals, cand) -> int:
-    """The eligible in-edges ``a..b`` of one seed into ``cand`` and their ``r`` (``r / w``)
-    into ``vals``; returns how many. An unweighted row of more than ``2k`` edges keeps
-    only those with ``r < 2k / degree`` (``r`` is uniform: about ``2k`` of them), which
-    hold its ``k`` first-ranked whenever there are at least ``k``; otherwise (rarely)
-    every edge is kept."""
-    m = 0
-    if use_weight:
-        for e in range(a, b):
-            if weights[e] > 0.0:
-                vals[m], cand[m] = _variate(seed, np.uint64(keys[e])) / weights[e], e
-                m += 1
-        return m
-    if 2 * k < b - a:
-        tau = 2.0 * k / (b - a)
-        for e in range(a, b):  # branch-free: every edge written, kept if below tau
-            r = _variate(seed, np.uint64(keys[e]))
-            vals[m], cand[m] = r, e
-            m += r < tau
-        if m >= k:
-            return m
-        m = 0
-    for e in range(a, b):
-        vals[m], cand[m] = _variate(seed, np.uint64(keys[e])), e
-        m += 1
-    return m
-
-
-@numba.njit(**_JIT)
-def _first_k(vals, cand, m, k, keys, ties, bv, out, at) -> None:
-    """Writes the edges of the ``k`` first-ranked of ``cand[:m]`` (``k <= m``) to
-    ``out[at:at+k]`` in rank order (their values in ``bv``): the first ``k`` sorted by
-    insertion, then only a candidate ranking before the current ``k``-th is inserted."""
-    if k == 0:
-        return
-    for j in range(m):
-        v, e = vals[j], cand[j]
-        if j < k:
-            q = j
-        elif v > bv[k - 1] or (v == bv[k - 1] and
-                               not _ahead(v, e, bv[k - 1], out[at + k - 1], keys, ties)):
-            continue
-        else:
-            q = k - 1
-        while q > 0 and _ahead(v, e, bv[q - 1], out[at + q - 1], keys, ties):
-            bv[q], out[at + q] = bv[q - 1], out[at + q - 1]
-            q -= 1
-        bv[q], out[at + q] = v, e
-
-
-@numba.njit(**_JIT)
-def _bounds(indptr, weights, seeds, fanout, use_weight):
-    """Start, end and number of draws of every seed row (one pass over ``indptr``)."""
-    n = seeds.shape[0]
-    start, end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    counts = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        if i + PREFETCH_AHEAD < n:
-            prefetch(indptr, seeds[i + PREFETCH_AHEAD])
-        a, b = indptr[seeds[i]], indptr[seeds[i] + 1]
-        start[i], end[i], m = a, b, b - a
-        if use_weight:
-            m = 0
-            for e in range(a, b):
-                m += 1 if weights[e] > 0.0 else 0
-        counts[i] = m if fanout < 0 or m <= fanout else fanout
-    return start, end, counts
-
-
-@numba.njit(**_JIT)
-def _pick(keys, ties, weights, seed, a, b, k, use_weight, bufs, pos, at) -> None:
-    """Writes the CSC positions of row ``a..b``'s ``k`` first-ranked edges to
-    ``pos[at:at+k]``: in integers (:func:`~pyg_dist.sampler._labor_rank.pick_by_rank`)
-    where the row fits, else in floats."""
-    buf, vals, slot, cand, fvals, bv = bufs
-    if not use_weight and k <= FAST_MAX and \
-            pick_by_rank(keys, ties, seed, a, b - a, k, buf, vals, slot, pos, at):
-        return
-    m = _candidates(keys, weights, seed, a, b, k, use_weight, fvals, cand)
-    if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
-        _first_k(fvals, cand, m, k, keys, ties, bv, pos, at)
-    else:
-        _smallest(fvals, keys, ties, cand, m, k, buf, pos, at)
-
-
-@numba.njit(**_JIT)
-def _gather(indices, ties, pos, values):
-    """The drawn edges' sources and (``values``) their ``ties``, prefetched ahead."""
-    total = pos.shape[0]
-    nbrs = np.empty(total, dtype=np.int64)
-    got = np.empty(total if values else 0, dtype=np.int64)
-    for j in range(total):
-        if j + PREFETCH_AHEAD < total:
-            prefetch(indices, pos[j + PREFETCH_AHEAD])
-            if values:
-                prefetch(ties, pos[j + PREFETCH_AHEAD])
-        nbrs[j] = indices[pos[j]]
-        if values:
-            got[j] = ties[pos[j]]
-    return nbrs, got
-
-
-@numba.njit(**_JIT)
-def _labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
-    """Per seed, the ``min(fanout, eligible)`` in-edges of smallest ``r / w``; every
-    line of a row's keys is prefetched ``PREFETCH_AHEAD`` seeds ahead."""
-    start, end, counts = _bounds(indptr, weights, seeds, fanout, use_weight)
-    n, widest = seeds.shape[0], 1
-    for i in range(n):
-        widest = max(widest, end[i] - start[i])
-    pos = np.empty(counts.sum(), dtype=np.int64)
-    bufs = (np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64),
-            np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64),
-            np.empty(widest, dtype=np.float64), np.empty(_INSERT_MAX, dtype=np.float64))
-    line, at = max(64 // keys.itemsize, 1), 0
-    for i in range(n):
-        if i + PREFETCH_AHEAD < n:
-            a, b = start[i + PREFETCH_AHEAD], end[i + PREFETCH_AHEAD]
-            for e in range(a, b, line):
-                prefetch(keys, e)
-            if b > a:  # the last line, when the row does not start on one
-                prefetch(keys, b - 1)
-        if counts[i] > 0:
-            _pick(keys, ties, weights, seed, start[i], end[i], counts[i], use_weight, bufs,
-                  pos, at)
-        at += counts[i]
-    return counts, pos
-
-
 def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tensor,
                      fanout: int, seed: int, weights: Optional[Tensor] = None,
                      edge_ids: Optional[Tensor] = None,
@@ -312,15 +118,28 @@ def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tenso
                                                                         torch.int32)):
             raise ValueError(f"{name} must hold one int64 or int32 per edge ({num_edges}), "
                              f"got {t.dtype} of shape {tuple(t.shape)}")
-    ties = edge_ids if edge_ids is not None else torch.arange(num_edges)
-    w = weights.reshape(-1).to(torch.float64) if weights is not None else torch.empty(0)
-    tie = ties.numpy()
-    counts, pos = _labor_fill(indptr.numpy(), keys.numpy(), tie, w.numpy(),
-                              seeds.long().contiguous().numpy(), int(fanout),
-                              np.uint64(int(seed) & _MASK), weights is not None)
-    nbrs, got = _gather(indices.numpy(), tie, pos, bool(edge_values))
+    ties = tie_words(edge_ids if edge_ids is not None else torch.arange(num_edges))
+    w = weights.reshape(-1).to(torch.float64) if weights is not None else _NO_WEIGHTS
+    counts, pos = labor_fill(indptr.numpy(), keys.numpy(), ties, w.numpy(),
+                             seeds.long().contiguous().numpy(), int(fanout),
+                             np.uint64(int(seed) & _MASK), weights is not None)
+    nbrs, got = gather_drawn(indices.numpy(), ties, pos, bool(edge_values))
     return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
                       torch.from_numpy(got) if edge_values else None)
+
+
+def tie_words(ids: Tensor) -> Tuple[np.ndarray, bool]:
+    """Edge ids as the kernels take them: ``(int32 words, wide)``, an int64 table viewed
+    as two words per id (no copy), so both dtypes share one compiled kernel."""
+    wide = ids.dtype == torch.int64
+    ids = ids.contiguous()  # a strided array would compile another kernel
+    return (ids.view(torch.int32) if wide else ids).numpy(), wide
+
+
+def key_dtype(num_nodes: int) -> torch.dtype:
+    """The dtype of :func:`source_keys` of a node type of ``num_nodes`` nodes: int32 below
+    2^31 nodes (half the bytes read per candidate), else int64."""
+    return torch.int32 if num_nodes < 2**31 else torch.int64
 
 
 def source_keys(to_original: Callable[[Tensor], Tensor], indices: Tensor, num_nodes: int,
@@ -333,7 +152,7 @@ def source_keys(to_original: Callable[[Tensor], Tensor], indices: Tensor, num_no
         indices (Tensor): the stored edges' relabelled source ids.
         num_nodes (int): nodes of the sources' type (int32 keys when they fit).
     """
-    dtype = torch.int32 if num_nodes < 2**31 else torch.int64
+    dtype = key_dtype(num_nodes)
     out = empty_large((indices.numel(),), dtype)  # read at random: huge pages help
     for lo in range(0, indices.numel(), chunk):
         out[lo:lo + chunk] = to_original(indices[lo:lo + chunk].long()).to(dtype)

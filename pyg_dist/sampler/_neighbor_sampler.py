@@ -40,6 +40,7 @@ from pyg_dist.sampler._repeats import first_occurrences, restore_repeats
 from pyg_dist.sampler._types import (HopRequest, HopResponse, LinkSeeds,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
                                     SamplingConfig)
+from pyg_dist.sampler._warmup import warm_up_for
 from pyg_dist.sampler._wire import WireSpec
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
 from pyg_dist.store._original_ids import check_ids
@@ -131,6 +132,7 @@ class DistNeighborSampler(PygDriving, BaseSampler):
         #: owners send sampled edges' original ids with every hop (loaders need them)
         self.original_ids = True
         self._seed = seed if seed is not None else int(torch.randint(0, 2**62, (1,)))
+        warm_up_for(self.config.sampling_strategy, self.meta)  # before joining RPC
         if runtime.is_initialized():  # else joined on first use (PyG's init_rpc may come)
             self._bind()
         self._edge_hints: Dict = {}  # room for a batch's edges' original ids, by type

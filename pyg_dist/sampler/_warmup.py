@@ -7,40 +7,65 @@ every kernel used during training and serving on tiny inputs, through the same
 wrappers and with exactly the argument types used at run time, so no later call
 compiles again. Call it before joining RPC; it is idempotent and free the second
 time in a process.
+
+LABOR's kernels are warmed only when asked (``labor=True``, or :func:`warm_up_for` a
+job sampling with ``sampling_strategy="labor"``): a job that never samples with LABOR
+never compiles them. A LABOR job warms them in every process that samples or serves
+for it before it joins RPC (or, with RPC joined, before the loaders' agreement), so no
+peer's LABOR request waits on a compiler.
 """
 from __future__ import annotations
 
 import threading
 import time
+from typing import Callable, Dict, Set
 
 import torch
 
+from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import _routing as routing
-from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor, _gather as row_copy
+from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor_hop, _gather as row_copy
 from pyg_dist.sampler._node_index import NodeIndex
 from pyg_dist.sampler._runs import seed_runs, take_runs
 
+__all__ = ["warm_up", "warm_up_for"]
+
 _LOCK = threading.Lock()
-_DONE = False
+_DONE: Set[str] = set()  # the parts of PARTS this process has warmed
 
 
-def warm_up() -> float:
-    """Compiles or loads every numba kernel of sampling, serving and feature fetching.
+def warm_up(labor: bool = False, wide_keys: bool = False) -> float:
+    """Compiles or loads the numba kernels of sampling, serving and feature fetching.
+
+    Args:
+        labor (bool): LABOR's kernels too (``sampling_strategy="labor"``), for int32
+            source keys.
+        wide_keys (bool): with ``labor``, also for int64 source keys (a node type of at
+            least 2^31 nodes, :func:`~pyg_dist.sampler._labor.key_dtype`).
 
     Returns:
-        float: seconds spent (about ``0`` when this process already warmed up).
+        float: seconds spent (``0.0`` when this process already warmed all that).
     """
-    global _DONE
+    wanted = ["neighbor"] + (["labor"] if labor else []) + \
+        (["labor int64 keys"] if labor and wide_keys else [])
     with _LOCK:
-        if _DONE:
+        todo = [part for part in wanted if part not in _DONE]
+        if not todo:
             return 0.0
         start = time.perf_counter()
-        _sampling_kernels()
-        _labor_kernels()
-        _feature_kernels()
-        _index_kernels()
-        _DONE = True
+        for part in todo:
+            PARTS[part]()
+            _DONE.add(part)
         return time.perf_counter() - start
+
+
+def warm_up_for(sampling_strategy: str, meta: PartitionMeta) -> float:
+    """:func:`warm_up` for a job sampling the graph ``meta`` describes with
+    ``sampling_strategy`` (``"neighbor"`` or ``"labor"``): LABOR's kernels only for LABOR,
+    with int64 source keys only where a node type needs them."""
+    use = sampling_strategy == "labor"
+    wide = any(labor_hop.key_dtype(n) == torch.int64 for n in meta.num_nodes.values())
+    return warm_up(labor=use, wide_keys=use and wide)
 
 
 def _tiny_csc(index_dtype: torch.dtype):
@@ -74,21 +99,17 @@ def _sampling_kernels() -> None:
                                    seed_time=seed_time, temporal_strategy=strategy)
 
 
-def _labor_kernels() -> None:
-    """LABOR for int64 and int32 ``indices`` and edge id tables, int32 source keys (and
-    int64, for graphs past 2^31 nodes), uniform and weighted."""
+def _labor_kernels(key_dtype: torch.dtype) -> None:
+    """LABOR with ``key_dtype`` source keys, gathering from int64 and int32 ``indices``;
+    int32 and int64 edge id tables, uniform and weighted rows share one kernel."""
     seeds = torch.tensor([0, 1, 2, 2])
     for dtype in (torch.int64, torch.int32):
         indptr, indices = _tiny_csc(dtype)
-        for id_dtype in (torch.int64, torch.int32):
-            ids = torch.arange(indices.numel(), dtype=id_dtype)
-            labor.sample_labor_hop(indptr, indices, indices.to(torch.int32), seeds, 3, 1,
-                                   edge_ids=ids, edge_values=True)
-    indptr, indices = _tiny_csc(torch.int64)
-    weights = torch.rand(indices.numel(), dtype=torch.float64)
-    for keys in (indices.to(torch.int32), indices):
-        labor.sample_labor_hop(indptr, indices, keys, seeds, 40, 1, weights=weights,
-                               edge_ids=torch.arange(indices.numel()), edge_values=True)
+        weights = torch.rand(indices.numel(), dtype=torch.float64)
+        for ids, w in ((torch.arange(indices.numel(), dtype=dtype), None),
+                       (torch.arange(indices.numel()), weights)):
+            labor_hop.sample_labor_hop(indptr, indices, indices.to(key_dtype), seeds, 40,
+                                       1, weights=w, edge_ids=ids, edge_values=True)
 
 
 def _feature_kernels() -> None:
@@ -116,3 +137,18 @@ def _index_kernels() -> None:
     runs = seed_runs([torch.tensor([2, 0]), torch.tensor([1])], [torch.tensor([1, 0]),
                                                                torch.tensor([2])])
     take_runs(torch.arange(3), runs)  # merging one hop's pieces of several partitions
+
+
+def _neighbor_parts() -> None:
+    """Everything but LABOR: neighbour sampling, feature fetching, the node index."""
+    _sampling_kernels()
+    _feature_kernels()
+    _index_kernels()
+
+
+#: what :func:`warm_up` may warm, by name
+PARTS: Dict[str, Callable[[], None]] = {
+    "neighbor": _neighbor_parts,
+    "labor": lambda: _labor_kernels(torch.int32),
+    "labor int64 keys": lambda: _labor_kernels(torch.int64),
+}

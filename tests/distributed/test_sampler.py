@@ -284,7 +284,7 @@ def _cold_start_job(root: str) -> Dict[str, float]:
     joins); the calls after it may not."""
     import time
 
-    ctx = DistContext.from_env(rpc_timeout=300)  # joining waits for rank 1 to compile cold
+    ctx = DistContext.from_env(rpc_timeout=150)  # joining waits for rank 1 to compile cold
     meta = io.read_meta(Path(root))
     data = (LocalFeatureStore.from_partition(root, ctx.rank),
             LocalGraphStore.from_partition(root, ctx.rank))
@@ -313,7 +313,7 @@ COLD_TIMEOUT_S = 6
 
 
 @pytest.mark.serial  # compile times against a timeout
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(240)
 def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkeypatch):
     """Before kernels were compiled ahead of joining RPC, a peer compiling on its first
     call made the caller time out (seen under load with a 20 s timeout)."""
@@ -323,7 +323,7 @@ def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkey
     # samples partition 1's seeds first, so it waits on rank 1 wherever rank 1 compiles
     # (rank 1 on itself likewise)
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=360, start_method="spawn",
+    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=200, start_method="spawn",
                      rank_env={1: {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}})
     assert any((tmp_path / "numba").rglob("*.nbi")), "numba did not use the empty cache"
     for rank_took in took:  # nothing left to compile: first calls are quick

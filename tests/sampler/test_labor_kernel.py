@@ -195,7 +195,7 @@ def test_kernel_checks_its_key_arrays():
 
 def test_integer_ranks_order_and_tie_as_the_float_variates():
     """Above 2^52 the variate's ``x + 0.5`` rounds half to even: 2m - 1 and 2m tie."""
-    from pyg_dist.sampler._labor_rank import rank_of_bits
+    from pyg_dist.sampler._labor_kernels import rank_of_bits
     top = 2**53 - 1
     xs = [0, 1, 2, 2**52 - 2, 2**52 - 1, 2**52, 2**52 + 1, 2**52 + 2, 2**52 + 3,
           2**52 + 4, top - 2, top - 1, top]
