@@ -39,13 +39,14 @@ mapfile -t MP_FILES < <(grep -rlw --include='test_*.py' multiprocess tests | sor
 
 SERIAL_LOG="$(mktemp "${TMPDIR:-/tmp}/pyg_dist-serial.XXXXXX")"
 # the kernels are compiled while the one-process pass collects its tests
-(python -c "import pyg_dist.loader._preload" \
-  && exec python -m pytest -q --durations=10 -m "multiprocess and serial" "${MP_FILES[@]}") \
+(start=$SECONDS && python -c "import pyg_dist.loader._preload" \
+  && echo "[test] the kernels were compiled (or loaded) in $((SECONDS - start))s" \
+  && exec python -m pytest -q --durations=25 -m "multiprocess and serial" "${MP_FILES[@]}") \
   >"$SERIAL_LOG" 2>&1 &
 SERIAL_PID=$!
 trap 'kill "$SERIAL_PID" 2>/dev/null || true; rm -f "$SERIAL_LOG"' EXIT
 failed=0
-python -m pytest -q "${PARALLEL[@]}" -m "not multiprocess" || failed=1
+python -m pytest -q --durations=10 "${PARALLEL[@]}" -m "not multiprocess" || failed=1
 
 compat_pass() {
   OLDEST_PYG="2.6.1"
@@ -71,7 +72,7 @@ compat_pass() {
     "${PARALLEL[@]}" "${COMPAT_TESTS[@]}"
 }
 
-python -m pytest -q --durations=15 "${PARALLEL[@]}" -m "multiprocess and not serial" \
+python -m pytest -q --durations=40 "${PARALLEL[@]}" -m "multiprocess and not serial" \
   "${MP_FILES[@]}" || failed=1
 # while the serial tests finish (the last of them mostly wait on timeouts)
 compat_pass || failed=1

@@ -71,6 +71,13 @@ PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dis
            "pyg_dist.loader._preload"]
 
 
+#: seconds a rank gets to exit after its result: a forked child ends in ``os._exit`` after
+#: its ``atexit`` handlers; a spawned one tears its interpreter down (a final garbage
+#: collection over torch, torch_geometric and numba: 2-4 s of CPU each, measured, so three
+#: at once under a load of 10 on 2 cores took 27-35 s)
+EXIT_GRACE_S = {"forkserver": 30.0, "spawn": 60.0}
+
+
 def process_context(start_method: str = "forkserver") -> Any:
     """A multiprocessing context: ``"forkserver"`` forks from a server that imported
     :data:`PRELOAD` once; ``"spawn"`` starts a fresh interpreter."""
@@ -205,7 +212,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
         procs.append(proc)
     try:
         outcomes = _collect(procs, results, timeout, set(may_die))
-        _check_exits(procs, deadline=time.monotonic() + 30, may_die=set(may_die))
+        _check_exits(procs, deadline=time.monotonic() + EXIT_GRACE_S[start_method],
+                     may_die=set(may_die))
     finally:
         for proc in procs:
             if proc.is_alive():

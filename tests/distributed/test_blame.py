@@ -54,7 +54,19 @@ def _rank0(pids: List[int], group) -> Dict[str, str]:
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
+        _store().set(GAVE_UP, "1")
     return out
+
+
+GAVE_UP = "test_blame/rank 0 gave up"
+
+
+def _store():
+    """A client of the run's rendezvous store (hosted by :func:`run_ranks`)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                         is_master=False)
 
 
 def _stall_job() -> Dict[str, str]:
@@ -69,7 +81,9 @@ def _stall_job() -> Dict[str, str]:
     time.sleep(1.0)  # heartbeats flow
     if ctx.rank == 0:
         return _rank0(pids, group)
-    time.sleep(5 * TIMEOUT)  # stopped twice meanwhile, and late to both collectives
+    # until rank 0 gave up on it (~4 timeouts; a fixed sleep of 5 was longer, or under
+    # load shorter): stopped twice meanwhile, and late to both collectives
+    _store().wait([GAVE_UP], timedelta(seconds=20 * TIMEOUT))
     try:
         exchange(None, "late", 2)
     except PeerFailedError as exc:

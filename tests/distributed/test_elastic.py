@@ -26,7 +26,7 @@ from pyg_dist import Partitioner
 from pyg_dist.testing import free_port
 from pyg_dist.testing import encode_ids, khop_in_neighbourhood
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE
-from test_training import Job, assert_no_leftovers, processes_with, start
+from test_training import Job, LiveJob, assert_no_leftovers, processes_with, start
 
 # every test here spawns processes; real torchrun jobs of 5+ fresh interpreters, with
 # wall-clock bounds: one at a time (scripts/test.sh runs them beside the other multiprocess
@@ -137,15 +137,35 @@ def test_killed_rank_restarts_with_sampler_workers(cora_ids, tmp_path):
 @pytest.mark.timeout(260)
 def test_stopped_rank_is_restarted_like_a_dead_one(cora_ids, tmp_path):
     """rank 0 names the silent rank 1 within the RPC timeout and fails; torchrun stops
-    the round (SIGKILLing the stopped rank after its fixed 30 s grace) and restarts."""
+    the round (SIGTERM, which the stopped rank cannot act on) and restarts once the stopped
+    rank is gone. torchrun would SIGKILL it after its fixed 30 s grace (its
+    ``--shutdown-timeout`` does not apply to a restart): the test does it as soon as
+    torchrun has sent the SIGTERM, which changes nothing torchrun or pyg_dist does."""
     data, root = cora_ids
-    job = run_elastic("c10d", root, tmp_path / "out", timeout=240, fault="stop",
-                      rpc_timeout=10)
-    check_restarted(tmp_path / "out", job)
+    out, marker = tmp_path / "out", uuid.uuid4().hex
+    out.mkdir()
+    cmd = elastic_cmd("c10d", free_port(), ["--parts", str(root), "--out", str(out),
+                                            "--fault", "stop", "--num-workers", "0"])
+    live = LiveJob(cmd, marker, {"PYG_DIST_RPC_TIMEOUT": "10"})
+    live.wait_for(r"Sending process \d+ closing signal SIGTERM", timeout=170)
+    stopped = [pid for pid in processes_with(marker) if _state(pid) == "T"]
+    assert stopped, f"no stopped rank left when torchrun stopped the round\n{live.output}"
+    for pid in stopped:
+        os.kill(pid, signal.SIGKILL)
+    job = live.finish(timeout=70)
+    check_restarted(out, job)
     # rank 0 of incarnation 0 named the silent rank when its collective timed out
     first = job.output.split("rank 0 incarnation 1 batch 0")[0]
     assert re.search(r"pyg_dist: rank 1 has sent no heartbeat for \d+s", first), job.describe()
-    check_samples(data, root, tmp_path / "out", 1, job)
+    check_samples(data, root, out, 1, job)
+
+
+def _state(pid: int) -> str:
+    """The state letter of process ``pid`` (``T``: stopped); empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 @pytest.mark.timeout(240)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import pytest
 
@@ -29,12 +29,12 @@ from pyg_dist.format._tables import GraphTables
 from pyg_dist.store import LocalGraphStore
 from pyg_dist.testing import free_port
 from pyg_dist.testing import run_ranks
+from tests.support import kill_at_phase
 from tests.support.scripts import run_script
 from test_outofcore import _cut, _homo, assert_same_output
 from test_roundtrip import check_roundtrip
 
 REPO = Path(__file__).resolve().parents[2]
-KILL_WRAPPER = REPO / "tests" / "support" / "kill_at_phase.py"
 GRAPHS = {"homo": _homo, "hetero": lambda: hetero_community_graph(240, avg_degree=4,
                                                                     feat_dim=3, seed=1)}
 
@@ -165,27 +165,20 @@ def _unshared_job(folder: str, roots: List[str]) -> str:
                            comm=ArrayComm(ctx.rank, ctx.world_size), progress=False).generate().uid
 
 
-def _torchrun(args: List[str], port: int, nnodes: int = 1, node_rank: int = 0,
-              nproc: int = 2, env: Dict[str, str] = None,
-              kill: Tuple[str, int, str] = None) -> subprocess.Popen:
-    """``torchrun ... -m pyg_dist.cli.partition args``; with ``kill`` = (phase, rank, out)
-    through ``tests/support/kill_at_phase.py``, which SIGKILLs that rank at that phase."""
-    rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"] if nnodes > 1 else \
-        ["--master-addr=127.0.0.1", f"--master-port={port}"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-           f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", *rdzv, "--max-restarts=0",
-           *([str(KILL_WRAPPER), kill[0], str(kill[1]), kill[2]] if kill else []),
+def _torchrun(args: List[str], port: int) -> subprocess.Popen:
+    """``torchrun --nproc-per-node=2 -m pyg_dist.cli.partition args`` (the real one)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+           "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0",
            "-m", "pyg_dist.cli.partition", *args]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-                "PYG_DIST_RPC_TIMEOUT": "20", **(env or {})}
+                "PYG_DIST_RPC_TIMEOUT": "20"}
     return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def _one_machine(args: List[str], timeout: float) -> Tuple[int, str]:
     """``torchrun --nproc-per-node=2 -m pyg_dist.cli.partition args``, its ranks forked
-    from a warm fork server (:func:`tests.support.scripts.run_script`); the tests of
-    two machines start the real torchrun, twice."""
+    from a warm fork server (:func:`tests.support.scripts.run_script`)."""
     run = run_script("pyg_dist.cli.partition", args, 2, module=True, timeout=timeout,
                      cwd=REPO, extra_env={"OMP_NUM_THREADS": "1", "PYG_DIST_RPC_TIMEOUT": "20"})
     if run.timed_out:
@@ -219,23 +212,36 @@ def _leftovers(folder: Path) -> List[str]:
     return [p.name for p in folder.iterdir() if p.name.startswith(".")]
 
 
+def _killed_rank(argv: List[str]) -> Tuple[int, str]:
+    """``tests/support/kill_at_phase.py``'s entry point on this rank (``argv``: its
+    arguments; it SIGKILLs the rank it names at the phase it names): the exit code and
+    what this rank printed on stderr."""
+    import contextlib
+    import io as text_io
+
+    err, code = text_io.StringIO(), 0
+    with contextlib.redirect_stderr(err):
+        try:
+            kill_at_phase.main(argv)
+        except SystemExit as exc:  # the CLI's exit code, as ``python -m`` would give it
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, err.getvalue()
+
+
 @pytest.mark.multiprocess
 def test_rank_that_dies_is_named_and_leaves_no_output(tmp_path: Path) -> None:
-    """Two machines (two torchrun commands); machine 1's rank is SIGKILLed after ordering
-    edges. Machine 0's rank exits non-zero naming rank 1 and ``--out`` never appears; the
-    next run completes and removes what the killed rank left."""
+    """Rank 1 is SIGKILLed after ordering edges; rank 0, left running as on a machine of
+    its own (ranks forked and watched one by one: nothing stops rank 0 for it), exits
+    non-zero naming rank 1 and ``--out`` never appears; the next run completes and
+    removes what the killed rank left."""
     folder, tables = _chunks(tmp_path, "homo", _homo())
     out = tmp_path / "out"
     args = ["--input", str(folder), "--out", str(out), "--num-parts", "2",
             "--memory-budget", "4MB", "--quiet"]
-    port = free_port()
-    kill = ("order_edges", 1, str(out))
-    first = _torchrun(args, port, nnodes=2, node_rank=0, nproc=1, kill=kill)
-    time.sleep(3)  # machine 0's agent hosts the rendezvous store
-    second = _torchrun(args, port, nnodes=2, node_rank=1, nproc=1, kill=kill)
-    code0, text0 = _wait(first, 120)
-    code1, _ = _wait(second, 120)
-    assert code0 != 0 and code1 != 0
+    argv = ["order_edges", "1", str(out), "-m", "pyg_dist.cli.partition", *args]
+    code0, text0 = run_ranks(_killed_rank, 2, argv, timeout=120, may_die=[1],
+                             extra_env={"PYG_DIST_RPC_TIMEOUT": "20"})[0]
+    assert code0 != 0, text0
     assert "pyg-dist-partition (rank 0): error:" in text0, text0[-8000:]
     assert "rank 1 has sent no heartbeat" in text0 or "rank 1 failed" in text0, text0[-8000:]
     assert not out.exists()
@@ -245,19 +251,30 @@ def test_rank_that_dies_is_named_and_leaves_no_output(tmp_path: Path) -> None:
     assert not _leftovers(tmp_path)
 
 
+def _cli_rank(argvs: List[List[str]]) -> Tuple[int, str]:
+    """``pyg-dist-partition`` on this rank with this rank's arguments: its exit code and
+    what it printed on stderr."""
+    import contextlib
+    import io as text_io
+
+    err = text_io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = partition_main(argvs[int(os.environ["RANK"])])
+    return code, err.getvalue()
+
+
 @pytest.mark.multiprocess
 def test_ranks_running_different_commands_stop_naming_the_option(tmp_path: Path) -> None:
+    """Each rank runs the CLI's entry point with its own arguments (ranks forked, as
+    torchrun would run them; watched one by one, as two machines' agents would)."""
     folder, _ = _chunks(tmp_path, "homo", _homo())
     args = ["--input", str(folder), "--out", str(tmp_path / "out"), "--num-parts", "2",
             "--memory-budget", "4MB", "--quiet"]
-    port = free_port()
-    first = _torchrun(args + ["--seed", "1"], port, nnodes=2, node_rank=0, nproc=1)
-    time.sleep(3)
-    second = _torchrun(args + ["--seed", "2"], port, nnodes=2, node_rank=1, nproc=1)
-    for proc in (first, second):
-        code, text = _wait(proc, 120)
-        assert code != 0
-        assert "ranks disagree on seed" in text, text[-8000:]
+    results = run_ranks(_cli_rank, 2, [args + ["--seed", "1"], args + ["--seed", "2"]],
+                        timeout=120, extra_env={"PYG_DIST_RPC_TIMEOUT": "20"})
+    for rank, (code, text) in enumerate(results):
+        assert code != 0, (rank, text)
+        assert "ranks disagree on seed" in text, (rank, text)
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
 

@@ -132,45 +132,59 @@ def test_file_replaced_while_mapped(parts: Path, tmp_path: Path) -> None:
         pickle.loads(pickle.dumps(store))  # a sampler worker would map another version
 
 
-def _open_and_touch(root: str, mmap: bool) -> dict:
-    """Opens the partition, reads every feature row, and reports memory while all
-    ranks still hold it (a store-based barrier before and after)."""
+def _barrier(store, name: str, world: int) -> None:
+    """Every rank waits here until all ``world`` ranks arrived (blocking, not spinning:
+    a spinning rank took the CPU a slower one needed to get there)."""
+    if int(store.add(name, 1)) == world:
+        store.set(f"{name}/all", "1")
+    store.wait([f"{name}/all"])
+
+
+def _open_and_touch(root: str) -> dict:
+    """Opens the partition mapped, then privately: each time reads every feature row,
+    and reports memory while all ranks still hold it (barriers before and after), then
+    drops the store."""
+    import gc
+
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                           is_master=False)
-    base = process_memory()
-    feats = LocalFeatureStore.from_partition(root, 0, mmap=mmap)
-    total = float(feats.get_tensor(None, "x").sum())  # touches every page
-    store.add("touched", 1)
-    store.wait(["touched"])
-    while int(store.add("touched", 0)) < world:
-        pass
-    held = process_memory()
-    store.add("measured", 1)
-    while int(store.add("measured", 0)) < world:
-        pass
-    return {"rank": rank, "sum": total, "base": base, "held": held}
+    out = {"rank": rank}
+    for mmap in (True, False):
+        _barrier(store, f"start-{mmap}", world)  # every rank's previous store is gone
+        base = process_memory()
+        feats = LocalFeatureStore.from_partition(root, 0, mmap=mmap)
+        total = float(feats.get_tensor(None, "x").sum())  # touches every page
+        _barrier(store, f"touched-{mmap}", world)
+        held = process_memory()
+        _barrier(store, f"measured-{mmap}", world)
+        out[mmap] = {"sum": total, "base": base, "held": held}
+        del feats
+        gc.collect()
+    return out
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(process_memory()["pss_mb"] is None, reason="no /proc/self/smaps_rollup")
 def test_processes_on_one_partition_share_one_copy(big_part: Path) -> None:
-    """Three processes (one world size: each run spawns 2 x world fresh interpreters, and
-    2 ranks showed nothing 3 do not)."""
+    """Three processes (2 ranks showed nothing 3 do not), each opening the partition
+    mapped and then privately: one set of fresh interpreters for both measurements.
+    Fresh ones: forked processes share the fork server's pages copy-on-write, and each
+    page a child then writes moves into its own PSS (+97 MB vs a 92 MB bound in one run
+    at 4 ranks), which is not what this measures."""
     world = 3
     feature_mb = NODES * FEAT_DIM * 4 / 2**20
+    results = run_ranks(_open_and_touch, world, str(big_part), timeout=200,
+                        start_method="spawn")
     grown = {}
     for mmap in (True, False):
-        # fresh processes: forked ones share the fork server's pages copy-on-write, and
-        # each page a child then writes moves into its own PSS (+97 MB vs a 92 MB bound
-        # in one run at 4 ranks), which is not what this measures
-        results = run_ranks(_open_and_touch, world, str(big_part), mmap, timeout=200,
-                            start_method="spawn")
-        assert len({r["sum"] for r in results}) == 1  # every process read the same rows
-        grown[mmap] = sum(r["held"]["pss_mb"] - r["base"]["pss_mb"] for r in results)
+        assert len({r[mmap]["sum"] for r in results}) == 1  # every process read the same rows
+        grown[mmap] = sum(r[mmap]["held"]["pss_mb"] - r[mmap]["base"]["pss_mb"]
+                          for r in results)
+    assert results[0][True]["sum"] == results[0][False]["sum"]
     # private loads: one copy each; mapped: about one copy in all (shared page cache)
     assert grown[False] > 0.8 * world * feature_mb, grown
     assert grown[True] < 1.5 * feature_mb, grown
