@@ -5,9 +5,16 @@ import asyncio
 import pytest
 import torch
 
+from pyg_dist.sampler import _packed_rows
 from pyg_dist.sampler._features import FeatureFetcher
 from pyg_dist.sampler._gather import place
 from pyg_dist.sampler._packed_rows import PackedColumns, pack, packable, unpack
+
+
+@pytest.fixture(autouse=True)
+def pack_small_tables(monkeypatch):
+    """Tables of a few hundred rows are packed as large ones are."""
+    monkeypatch.setattr(_packed_rows, "MIN_PACKED_BYTES", 0)
 
 
 def _columns(n: int) -> dict:
@@ -51,6 +58,14 @@ def test_only_one_value_columns_of_equal_length_are_packed():
     assert packable(columns, out) == ["mask", "y", "small", "ids", "f"]
     assert packable({"y": columns["y"], "x": columns["x"]}, out) == []  # one alone: no
     assert packable({"y": columns["y"], "f": columns["f"][:5]}, out) == []
+
+
+def test_tables_that_stay_in_cache_are_not_packed(monkeypatch):
+    columns = _columns(1000)  # 19 bytes a row
+    monkeypatch.setattr(_packed_rows, "MIN_PACKED_BYTES", 19 * 1000 + 1)
+    assert packable(columns, _outputs(columns, 10)) == []
+    monkeypatch.setattr(_packed_rows, "MIN_PACKED_BYTES", 19 * 1000)
+    assert len(packable(columns, _outputs(columns, 10))) == 5
 
 
 def test_packed_columns_are_rebuilt_when_a_column_changes():
