@@ -38,6 +38,7 @@ from pyg_dist.sampler._fetch_jobs import (Group, Job, Pending, Share, dedupe, la
 from pyg_dist.store._original_ids import ID_ATTR
 from pyg_dist.sampler._local import LocalSampler
 from pyg_dist.sampler._gather import place, place_cast
+from pyg_dist.sampler._packed_rows import packable, unpack
 from pyg_dist.sampler._types import FeatureRequest, FeatureResponse
 from pyg_dist.sampler._wire import WireSpec, plan
 from pyg_dist.sampler import _direct as direct, _timing as timing
@@ -292,7 +293,16 @@ class FeatureFetcher:
                 check_direct_rows(column, job.out[attr],
                                   self.group.describe(self.group.route(share.part)),
                                   job.group, attr, ids=attr == ID_ATTR)
-            place(job.out[attr], share.rows, column, rows, src_rows_below=below)
+        narrow = packable(columns, job.out)
+        if narrow:  # one pass over the rows for every one-value column
+            packed = sampler.packed(job.group, {a: columns[a] for a in narrow})
+            records = self.outputs.empty(("packed", job.kind, job.group), rows.numel(),
+                                         packed.table.shape[1:], torch.uint8)
+            place(records, (0, rows.numel()), packed.table, rows, src_rows_below=below)
+            unpack(records, packed, job.out, share.rows)
+        for attr, column in columns.items():
+            if attr not in narrow:
+                place(job.out[attr], share.rows, column, rows, src_rows_below=below)
         source = "own" if own else "direct"
         timing.lap(times, f"fetch_{source}", start)
         timing.count_rows(times, source, rows.numel(), rows.numel() * self._row_bytes(job))

@@ -116,15 +116,20 @@ class HopState:
             at :meth:`output` (the sampler keeps one dict across batches).
         pool (NodeIndexPool, optional): where the hash tables come from and go back to
             (:meth:`release`); default: new ones.
+        key_bounds: the number of global ids per node type (ids lie below it), which
+            lets a batch that samples a good part of them relabel through a direct
+            table (:mod:`pyg_dist.sampler._node_index`); not used in disjoint mode.
     """
 
     def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
                  seed_time: Optional[Dict[NodeType, Tensor]] = None,
                  capacity_hint: int = 1024, original_eids: bool = False,
                  edge_hints: Optional[Dict[EdgeType, int]] = None,
-                 pool: Optional[NodeIndexPool] = None) -> None:
+                 pool: Optional[NodeIndexPool] = None,
+                 key_bounds: Optional[Dict[NodeType, int]] = None) -> None:
         self.disjoint = disjoint
         self.pool = pool
+        self.key_bounds = {} if disjoint or key_bounds is None else key_bounds
         self.original: Optional[Dict[EdgeType, Column]] = {} if original_eids else None
         self._drawn: Dict[EdgeType, int] = {}  # this hop's values drawn into spares so far
         self.edge_hints = edge_hints if edge_hints is not None else {}
@@ -142,15 +147,16 @@ class HopState:
         for node_type, ids in seeds.items():
             batch = torch.arange(first, first + ids.numel()) if disjoint else None
             first += ids.numel()
-            self.index[node_type] = self._new_index(ids.numel())
+            self.index[node_type] = self._new_index(ids.numel(), node_type)
             self.index[node_type].insert(self._keys(ids, batch))
             self.num_nodes[node_type] = [ids.numel()]
             self.frontier[node_type] = Frontier(ids, torch.arange(ids.numel()), batch,
                                                 self._time_of(batch))
 
-    def _new_index(self, size: int) -> NodeIndex:
-        hint = max(self.capacity_hint, size)
-        return self.pool.take(hint) if self.pool is not None else NodeIndex(hint)
+    def _new_index(self, size: int, node_type: NodeType) -> NodeIndex:
+        hint, bound = max(self.capacity_hint, size), self.key_bounds.get(node_type)
+        return self.pool.take(hint, bound) if self.pool is not None else \
+            NodeIndex(hint, bound)
 
     def release(self) -> None:
         """Gives the hash tables back to the pool (after :meth:`output`; the state is
@@ -194,7 +200,7 @@ class HopState:
                    batch: Optional[Tensor]) -> None:
         src_type = edge_type[0]
         if src_type not in self.index:
-            self.index[src_type] = self._new_index(nbrs.numel())
+            self.index[src_type] = self._new_index(nbrs.numel(), src_type)
             self.num_nodes[src_type] = [0] * (self.hops_done + 1)
         row = self.index[src_type].insert(self._keys(nbrs, batch))
         self.rows.setdefault(edge_type, []).append(row)

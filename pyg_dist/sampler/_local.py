@@ -18,6 +18,7 @@ from pyg_dist.store._original_ids import ID_ATTR
 from pyg_dist.store._original_ids import PartIds
 from pyg_dist.sampler._sample_kernels import SampledHop, sample_one_hop
 from pyg_dist.sampler._labor import sample_labor_hop, source_keys, type_seed
+from pyg_dist.sampler._packed_rows import Packed, PackedColumns
 from pyg_dist.sampler._types import FeatureRequest, FeatureResponse, HopRequest, HopResponse
 from pyg_dist.sampler._wire import to_wire
 from pyg_dist.store import LocalFeatureStore, LocalGraphStore
@@ -38,6 +39,7 @@ class LocalSampler:
         self._cache: Dict[Tuple[str, EdgeType, str], Tensor] = {}
         self._lock = threading.Lock()
         self._ids: Optional[PartIds] = None
+        self._packed = PackedColumns()
 
     @property
     def ids(self) -> PartIds:
@@ -52,6 +54,11 @@ class LocalSampler:
         if attr == ID_ATTR:
             return self.ids.table("edge" if isinstance(group, tuple) else "node", group)
         return self.features.tensor(group, attr)
+
+    def packed(self, group: Union[NodeType, EdgeType], columns: Dict[str, Tensor]) -> Packed:
+        """``columns`` (of :meth:`column`; one value per row) packed row by row
+        (:mod:`pyg_dist.sampler._packed_rows`), kept for the next batches."""
+        return self._packed.get((group, tuple(columns)), columns)
 
     def rows(self, group: Union[NodeType, EdgeType], ids: Tensor) -> Tensor:
         """Row positions of owned global ``ids`` (raises for ids of other partitions)."""

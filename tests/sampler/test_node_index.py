@@ -57,3 +57,50 @@ def test_cleared_and_pooled_indexes_start_empty():
     pool.give(again)
     pool.give(other)  # beyond keep: dropped
     assert pool.take(8) is again and pool.take(8) is not other
+
+
+def test_direct_table_matches_the_hash_table_and_refuses_keys_out_of_bound():
+    from pyg_dist.sampler._node_index import direct_for
+
+    assert direct_for(1000, 4000) and not direct_for(1000, 10_000) and not direct_for(1000, None)
+    direct, hashed = NodeIndex(1000, key_bound=3000), NodeIndex(1000)
+    assert direct.key_bound == 3000 and hashed.key_bound is None
+    g = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        keys = torch.randint(0, 3000, (5000,), generator=g)
+        assert torch.equal(direct.insert(keys), hashed.insert(keys))
+    assert torch.equal(direct.keys, hashed.keys)
+    probe = torch.tensor([-1, -(2**63), 2**63 - 1, 3000, 2999, 0, 17])
+    assert torch.equal(direct.lookup(probe), hashed.lookup(probe))
+    size = len(direct)
+    with pytest.raises(ValueError, match="below 3000"):
+        direct.insert(torch.tensor([5, 3000]))
+    with pytest.raises(ValueError, match="non-negative"):
+        direct.insert(torch.tensor([5, -1]))
+    assert len(direct) == size  # nothing half-inserted
+
+
+@pytest.mark.parametrize("count", [3, 2500])  # a few keys, or most of the table
+def test_cleared_direct_table_forgets_every_key(count):
+    index = NodeIndex(1000, key_bound=3000)
+    keys = torch.randperm(3000)[:count]
+    index.insert(keys)
+    index.clear()
+    assert len(index) == 0
+    assert bool((index.lookup(torch.arange(3000)) == -1).all())
+    assert index.insert(keys.flip(0)).tolist() == list(range(count))
+
+
+def test_pool_hands_out_direct_tables_once_batches_fill_them():
+    from pyg_dist.sampler._node_index import NodeIndexPool
+
+    pool = NodeIndexPool()
+    first = pool.take(16, key_bound=100_000)  # too few keys expected: a hash table
+    assert first.key_bound is None
+    first.insert(torch.arange(0, 100_000, 3))  # 33k keys: a direct table is no larger
+    pool.give(first)
+    second = pool.take(16, key_bound=100_000)
+    assert second.key_bound == 100_000 and len(second) == 0
+    pool.give(second)
+    assert pool.take(16, key_bound=100_000) is second
+    assert pool.take(16, key_bound=None).key_bound is None  # disjoint keys: hashed
