@@ -79,7 +79,8 @@ class OutputPool:
             self._idle = _holders(buf)
         if len(bufs) >= self.keep:  # a free one too small, else the oldest busy one
             free = [b for b in bufs if self._free(b)]
-            bufs.remove(free[0] if free else bufs[0])
+            gone = free[0] if free else bufs[0]
+            bufs[:] = [b for b in bufs if b is not gone]  # by identity: == compares values
         bufs.append(buf)
         self.allocated += 1
         return buf[:rows]

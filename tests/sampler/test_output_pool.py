@@ -72,3 +72,17 @@ def test_small_outputs_and_other_keys_get_their_own_memory() -> None:
     assert ptr not in (other.data_ptr(), wider.data_ptr())
     bigger = pool.empty("x", 2 * ROWS, (WIDTH,), torch.float32)  # the free one is too small
     assert bigger.data_ptr() != ptr and len(pool._bufs["x"]) <= 2
+
+
+def test_a_free_buffer_after_a_held_one_makes_room_for_a_bigger_one() -> None:
+    """The pool is full, its oldest buffer is still held and a later one is free: the
+    free one is dropped for a bigger buffer (buffers are told apart by identity, never
+    by comparing their values)."""
+    pool = OutputPool(keep=2)
+    held = pool.empty("x", ROWS, (WIDTH,), torch.float32)
+    freed = pool.empty("x", ROWS - 7, (WIDTH,), torch.float32)
+    del freed
+    bigger = pool.empty("x", 2 * ROWS, (WIDTH,), torch.float32)
+    kept = pool._bufs["x"]
+    assert len(kept) == 2 and kept[0].data_ptr() == held.data_ptr()
+    assert kept[1].data_ptr() == bigger.data_ptr()
