@@ -147,7 +147,11 @@ def main(argv: Optional[List[str]] = None) -> None:
             runs[name].append(run_pass(loader, args.batches))
         runs["cuda_train"].append(run_pass(loaders["cuda_pinned"], args.batches, step))
     links = link_figures(next(iter(loaders["cpu"])))
-    for loader in loaders.values():
+    stages = {}  # loader.stats(): the copy to the GPU is in "finish"
+    for name, loader in loaders.items():
+        st = loader.stats().stages
+        stages.update({f"{name}_{k}_ms": round(st[k].median_ms, 2)
+                       for k in ("produce", "finish", "wait")})
         loader.close()
     shutdown_rpc()
     med = {k: round(statistics.median(v), 1) for k, v in runs.items()}
@@ -158,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                       **{f"{k}_seeds_per_s": v for k, v in med.items()},
                       "pinned_over_pageable": round(med["cuda_pinned"] / med["cuda_pageable"], 3),
                       "cuda_pinned_over_cpu": round(med["cuda_pinned"] / med["cpu"], 3),
-                      **links, "date": time.strftime("%Y-%m-%d")}))
+                      **links, **stages, "date": time.strftime("%Y-%m-%d")}))
 
 
 if __name__ == "__main__":
