@@ -27,28 +27,42 @@ class RemoteResponseError(RuntimeError, PygDistError):
 
 
 @numba.njit(cache=True, nogil=True)
+def _owner(v, upper):
+    """The range of ``upper`` (range ends) that holds ``v`` (below ``upper[-1]``)."""
+    if upper.shape[0] > 8:
+        return np.searchsorted(upper, v, side="right")
+    o = 0
+    while v >= upper[o]:
+        o += 1
+    return o
+
+
+@numba.njit(cache=True, nogil=True)
 def _group_by_owner(ids, upper):
-    """Positions of ``ids`` grouped by owning range (``upper`` = range ends), stable,
-    and the count per owner. Ids must lie in ``[0, upper[-1])``."""
+    """Positions of ``ids`` grouped by owning range (``upper`` = range ends), stable, the
+    ids in the same order, and the count per owner. Ids must lie in ``[0, upper[-1])``."""
     n, parts = ids.shape[0], upper.shape[0]
-    owner = np.searchsorted(upper, ids, side="right")
     counts = np.zeros(parts, dtype=np.int64)
     for i in range(n):
-        counts[owner[i]] += 1
+        counts[_owner(ids[i], upper)] += 1
     at = np.zeros(parts, dtype=np.int64)
     for p in range(1, parts):
         at[p] = at[p - 1] + counts[p - 1]
     order = np.empty(n, dtype=np.int64)
+    grouped = np.empty(n, dtype=np.int64)
     for i in range(n):
-        order[at[owner[i]]] = i
-        at[owner[i]] += 1
-    return order, counts
+        o = _owner(ids[i], upper)
+        order[at[o]] = i
+        grouped[at[o]] = ids[i]
+        at[o] += 1
+    return order, grouped, counts
 
 
-def split_by_owner(ids: Tensor, offsets: Sequence[int], what: str = "ids"
-                   ) -> List[Tuple[int, Tensor]]:
-    """``(owner, positions)`` for every owner of some of ``ids``: owners ascending,
-    positions into ``ids`` in their original order.
+def group_by_owner(ids: Tensor, offsets: Sequence[int], what: str = "ids"
+                   ) -> List[Tuple[int, Tensor, Tensor]]:
+    """``(owner, positions, owned)`` for every owner of some of ``ids``: owners
+    ascending, positions into ``ids`` in their original order, ``owned`` =
+    ``ids[positions]`` as int64 (made in the same pass).
 
     Args:
         ids (Tensor): 1-D integer ids.
@@ -66,11 +80,25 @@ def split_by_owner(ids: Tensor, offsets: Sequence[int], what: str = "ids"
     if lo < 0 or hi >= total:
         raise ValueError(f"{what}: id {lo if lo < 0 else hi} is out of range [0, {total})")
     if bounds.numel() == 2:
-        return [(0, torch.arange(ids.numel()))]
+        return [(0, torch.arange(ids.numel()), ids.long())]
     keys = ids.detach().contiguous().numpy().astype(np.int64, copy=False)
-    order, counts = _group_by_owner(keys, bounds[1:].contiguous().numpy())
-    positions = torch.from_numpy(order).split(counts.tolist())
-    return [(o, pos) for o, pos in enumerate(positions) if pos.numel()]
+    order, grouped, counts = _group_by_owner(keys, bounds[1:].contiguous().numpy())
+    sizes = counts.tolist()
+    return [(o, pos, owned) for o, (pos, owned) in enumerate(zip(
+        torch.from_numpy(order).split(sizes), torch.from_numpy(grouped).split(sizes)))
+        if pos.numel()]
+
+
+def split_by_owner(ids: Tensor, offsets: Sequence[int], what: str = "ids"
+                   ) -> List[Tuple[int, Tensor]]:
+    """``(owner, positions)`` for every owner of some of ``ids``: owners ascending,
+    positions into ``ids`` in their original order (:func:`group_by_owner` without the
+    ids).
+
+    Raises:
+        ValueError: if an id lies outside ``[0, offsets[-1])``.
+    """
+    return [(o, pos) for o, pos, _ in group_by_owner(ids, offsets, what)]
 
 
 async def fan_out(requests: Sequence[Tuple[T, Awaitable[R]]],

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from torch import Tensor
 
 from pyg_dist.format._book import RangeBook
-from pyg_dist.rpc._routing import split_by_owner
+from pyg_dist.rpc._routing import group_by_owner
 from pyg_dist.sampler._checks import RowLayout
 from pyg_dist.sampler._node_index import NodeIndex
 from pyg_dist.sampler._gather import Rows
@@ -64,10 +64,10 @@ def owner_shares(ids: Tensor, book: RangeBook) -> List[Share]:
     """Splits ``ids`` by owner (raises if an id is outside the book)."""
     if ids.numel() == 0:
         return []
-    owners = split_by_owner(ids, book.offsets, book.name)
+    owners = group_by_owner(ids, book.offsets, book.name)
     if len(owners) == 1:  # all rows in order: the output rows are a range
         return [Share(owners[0][0], ids, (0, ids.numel()))]
-    return [Share(part, ids[pos], pos) for part, pos in owners]
+    return [Share(part, owned, pos) for part, pos, owned in owners]
 
 
 def cut_share(share: Share, rows_per_piece: int) -> List[Share]:

@@ -20,7 +20,7 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import keep_freed_memory
 from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.rpc._context import DistContext, check_context
-from pyg_dist.rpc._routing import split_by_owner
+from pyg_dist.rpc._routing import group_by_owner, split_by_owner
 from pyg_dist.sampler._bidirectional import bidirectional
 from pyg_dist.sampler._cache.feature_cache import Budget
 from pyg_dist.sampler._compat import accept_pyg_sampler_options, pyg_order
@@ -234,12 +234,13 @@ class DistNeighborSampler(PygDriving, BaseSampler):
             front = state.frontier.get(edge_type[2])
             if fanout == 0 or front is None:
                 continue
-            for part, pos in self.by_owner(edge_type[2], front.ids):
+            book = self.graph.node_book(edge_type[2])
+            for part, pos, owned in group_by_owner(front.ids, book.offsets, book.name):
                 req, where = plan.setdefault(
                     part, (self._request(rng_seed + 7919 * part, labor_seed), []))
                 whole = pos.numel() == front.ids.numel()  # one owner: no copies
                 req.edge_types.append(edge_type)
-                req.seeds.append(_at(front.ids, pos, whole))
+                req.seeds.append(front.ids if whole else owned.to(front.ids.dtype))
                 req.fanouts.append(fanout)
                 req.seed_time.append(_at(front.time, pos, whole))
                 where.append((edge_type, _at(front.local, pos, whole),

@@ -6,6 +6,11 @@ runs sorted by destination, each run kept as it is. :func:`seed_runs` finds that
 once per hop and edge type; :func:`take_runs` then moves every per-edge column (sources,
 edge ids, original ids) into it run by run, a sequential copy per run, instead of
 scattering every edge through a permutation of the edges.
+
+The destinations are positions in the frontier, which the pieces share out between them:
+together they fill a range, so the merged order is found by placing each run at its
+destination's offset in that range (no sort; a sort only where they do not fill one), and
+the destinations repeated per edge are written in one pass.
 """
 from __future__ import annotations
 
@@ -32,6 +37,46 @@ def _take_runs(src, starts, counts, order, dst):
         for t in range(c):
             dst[o + t] = src[s + t]
         o += c
+
+
+@numba.njit(**_JIT)
+def _place(seed, lo):
+    """The merged order of runs whose destinations ``seed`` fill ``[lo, lo + n)``:
+    ``order[d - lo]`` = the run of destination ``d``. ``ok`` is False where a
+    destination repeats (then they do not fill the range: sort instead)."""
+    n = seed.shape[0]
+    order = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        d = seed[i] - lo
+        if order[d] != -1:
+            return order, False
+        order[d] = i
+    return order, True
+
+
+@numba.njit(**_JIT)
+def _lay_out(seed, count, order, col):
+    """Where each run starts in the concatenated pieces (returned), and ``col``: each
+    run's destination repeated per edge, runs in merged ``order``. Returns ``-1`` as the
+    total (and leaves ``col`` unwritten) if a count is negative or ``col`` is too short."""
+    n = seed.shape[0]
+    starts = np.empty(n, dtype=np.int64)
+    total = 0
+    for i in range(n):
+        if count[i] < 0:
+            return starts, -1
+        starts[i] = total
+        total += count[i]
+    if total > col.shape[0]:
+        return starts, -1
+    o = 0
+    for k in range(n):
+        j = order[k]
+        d = seed[j]
+        for t in range(count[j]):
+            col[o + t] = d
+        o += count[j]
+    return starts, total
 
 
 @dataclass
@@ -64,13 +109,20 @@ def seed_runs(seeds: Sequence[Tensor], counts: Sequence[Tensor]) -> Runs:
     count = torch.cat(list(counts)).long()
     if seed.numel() != count.numel():
         raise ValueError(f"{seed.numel()} destinations but {count.numel()} edge counts")
-    if count.numel() and int(count.min()) < 0:
+    keys, per_run = seed.numpy(), count.numpy()
+    order, placed = None, False
+    if keys.size:
+        lo, hi = (int(v) for v in torch.aminmax(seed))
+        if hi - lo + 1 == keys.size:
+            order, placed = _place(keys, lo)
+    if not placed:
+        order = torch.argsort(seed, stable=True).numpy()
+    total = int(per_run.sum())
+    col = torch.empty(max(total, 0), dtype=torch.long)
+    starts, laid = _lay_out(keys, per_run, order, col.numpy())
+    if laid != total:
         raise ValueError("a negative edge count")
-    order = torch.argsort(seed, stable=True)
-    starts = torch.cumsum(count, 0) - count
-    total = int(count.sum())
-    col = torch.repeat_interleave(seed[order], count[order], output_size=total)
-    return Runs(order.numpy(), starts.numpy(), count.numpy(), total, col)
+    return Runs(order, starts, per_run, total, col)
 
 
 def take_runs(src: Tensor, runs: Runs, out: Optional[Tensor] = None) -> Tensor:

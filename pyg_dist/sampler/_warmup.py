@@ -137,6 +137,7 @@ def _index_kernels() -> None:
     runs = seed_runs([torch.tensor([2, 0]), torch.tensor([1])], [torch.tensor([1, 0]),
                                                                torch.tensor([2])])
     take_runs(torch.arange(3), runs)  # merging one hop's pieces of several partitions
+    seed_runs([torch.tensor([4, 0])], [torch.tensor([1, 2])])  # not a range: sorted
 
 
 def _neighbor_parts() -> None:

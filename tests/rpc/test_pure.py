@@ -10,7 +10,7 @@ import torch
 from pyg_dist.rpc import _network as network
 from pyg_dist.rpc._agreement import DisagreementError, agree, describe_values
 from pyg_dist.rpc._registry import RemoteFailure, RpcRemoteError, dispatch, lookup
-from pyg_dist.rpc._routing import fan_out, split_by_owner
+from pyg_dist.rpc._routing import fan_out, group_by_owner, split_by_owner
 
 
 def test_interface_reaching_loopback_is_lo(monkeypatch):
@@ -75,6 +75,21 @@ def test_split_by_owner_is_stable_and_checks_range():
     assert split_by_owner(torch.empty(0, dtype=torch.long), [0, 3]) == []
     with pytest.raises(ValueError, match="out of range"):
         split_by_owner(torch.tensor([10]), [0, 3, 10])
+
+
+@pytest.mark.parametrize("owners", [2, 3, 20])  # 20: owners found by binary search
+def test_group_by_owner_gives_each_owners_positions_and_ids(owners):
+    g = torch.Generator().manual_seed(owners)
+    offsets = [0] + torch.randint(1, 50, (owners,), generator=g).cumsum(0).tolist()
+    offsets[2] = offsets[1]  # an owner of nothing
+    ids = torch.randint(0, offsets[-1], (400,), generator=g, dtype=torch.int32)
+    got = group_by_owner(ids, offsets)
+    owner = torch.searchsorted(torch.tensor(offsets[1:]), ids.long(), right=True)
+    expected = [(o, torch.nonzero(owner == o).view(-1)) for o in range(owners)]
+    expected = [(o, pos) for o, pos in expected if pos.numel()]
+    assert [(o, p.tolist()) for o, p, _ in got] == [(o, p.tolist()) for o, p in expected]
+    for _, pos, owned in got:
+        assert owned.dtype == torch.long and owned.tolist() == ids[pos].tolist()
 
 
 def test_fan_out_waits_for_every_reply_before_raising(caplog):

@@ -47,3 +47,26 @@ def test_bad_runs_are_refused_before_the_kernel():
         take_runs(T([1, 2, 3]), runs)
     with pytest.raises(ValueError, match="output"):
         take_runs(T([1, 2]), runs, out=torch.empty(3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("how", ["a range, offset", "gaps", "a repeat filling the count"])
+def test_runs_are_placed_or_sorted_as_a_stable_sort_orders_them(how):
+    """Destinations that fill a range are placed without a sort; others (gaps, or a
+    repeated one, which the callers never send) take the sort: both give the order and
+    the repeated destinations of a stable sort."""
+    g = torch.Generator().manual_seed(5)
+    base = torch.randperm(300, generator=g) + 1000
+    if how == "gaps":
+        base = base * 3
+    if how == "a repeat filling the count":  # 1000..1299 in 300 values, 1151 twice
+        base[base == 1150] = 1151
+    seeds = [base[:120].sort().values, base[120:].sort().values]
+    counts = [torch.randint(0, 5, (s.numel(),), generator=g) for s in seeds]
+    runs = seed_runs(seeds, counts)
+    s, c = torch.cat(seeds), torch.cat(counts)
+    order = torch.argsort(s, stable=True)
+    assert runs.order.tolist() == order.tolist()
+    assert runs.col.tolist() == torch.repeat_interleave(s[order], c[order]).tolist()
+    assert runs.starts.tolist() == (torch.cumsum(c, 0) - c).tolist()
+    values = torch.randint(0, 1 << 40, (runs.total,), generator=g)
+    assert take_runs(values, runs).tolist() == _by_permutation(seeds, counts, values)
