@@ -347,14 +347,18 @@ def labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
 
 
 @numba.njit(**_JIT)
-def gather_drawn(indices, ties, pos, values):
+def gather_drawn(indices, ties, pos, values, out):
     """The drawn edges' sources and (``values``) their ids in ``ties`` (``(words,
-    wide)``), prefetched ahead."""
+    wide)``), prefetched ahead; the ids go to the front of ``out`` when it is long
+    enough (the caller's buffer: no copy later), else to a new array."""
     total = pos.shape[0]
     words, wide = ties
     step = 2 if wide else 1
     nbrs = np.empty(total, dtype=np.int64)
-    got = np.empty(total if values else 0, dtype=np.int64)
+    if values and out.shape[0] >= total:
+        got = out[:total]
+    else:
+        got = np.empty(total if values else 0, dtype=np.int64)
     for j in range(total):
         if j + PREFETCH_AHEAD < total:
             prefetch(indices, pos[j + PREFETCH_AHEAD])
