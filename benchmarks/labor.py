@@ -5,11 +5,12 @@ Settings (``--setting``, default ``cost``):
 - ``cost``: per batch, distinct nodes (per hop and in all), sampled edges, bytes
   gathered (every fetched attribute row, as the loaders fetch them) and seeds/s with
   features, for ``sampling_strategy="neighbor"`` and ``"labor"`` with the same fan-out
-  (default 15,10,5, batch 1024), on 1 and 2 METIS partitions of the 200k-node community
-  graph (``--graphs community``) and of a products-scale synthetic graph (``--graphs
-  products``: 2.4M nodes, average degree 50, 100 float32 features; about 120M edges,
-  big for a small shared machine). Both strategies sample the very same seeds in every
-  process, batch by batch, in alternating order (interleaved: the same load on each).
+  (default 15,10,5, batch 1024), on 1 and 2 METIS partitions (``--parts``) of the
+  200k-node community graph (``--graphs community``) and of a products-scale synthetic
+  graph (``--graphs products``: 2.4M nodes, average degree 50, 100 float32 features;
+  about 120M edges, big for a small shared machine). Both strategies sample the very
+  same seeds in every process, batch by batch, in alternating order (interleaved: the
+  same load on each).
 - ``accuracy``: GraphSAGE on Cora (and CiteSeer where its raw files are found) over 3
   partitions, ``benchmarks/trainers/node_classification.py`` under torchrun, ``--runs`` seeds per
   strategy: mean and standard deviation of the test accuracy.
@@ -131,7 +132,7 @@ def run_cost(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, object]:
         nodes, degree = GRAPHS[graph]
         if graph == "products" and args.products_nodes:
             nodes = args.products_nodes  # the same degree on fewer nodes (a smaller machine)
-        for parts in (1, 2):
+        for parts in args.parts:
             root = partitioned(args.cache_dir, "community", nodes, degree, args.feat_dim,
                                parts, cfg.seed)
             outs = run_ranks(cost_job, parts, str(root), cfg, timeout=cfg.timeout,
@@ -248,6 +249,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="comma-separated: community (200k nodes), products (2.4M, degree 50)")
     p.add_argument("--products-nodes", type=int, default=0,
                    help="nodes of the products-like graph (0: 2.4M, as ogbn-products)")
+    p.add_argument("--parts", default="1,2", help="partition counts (cost), e.g. 2")
     p.add_argument("--feat-dim", type=int, default=100)
     p.add_argument("--fanout", default="15,10,5")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -264,6 +266,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, default=None, help="PNG of nodes per hop")
     p.add_argument("--no-save", action="store_true", help="do not append to results/")
     args = p.parse_args(argv)
+    args.parts = [int(n) for n in args.parts.split(",")]
     args.cache_dir.mkdir(parents=True, exist_ok=True)  # graphs and partitions, reused
     return args
 

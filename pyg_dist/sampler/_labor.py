@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pyg_dist._madvise import empty_large
-from pyg_dist.sampler._checks import check_csc, check_sample_args
+from pyg_dist.sampler._checks import check_csc, check_sample_args, check_values_out
 from pyg_dist.sampler._labor_kernels import gather_drawn, labor_fill
 from pyg_dist.sampler._sample_kernels import SampledHop
 
@@ -48,6 +48,7 @@ _MASK = (1 << 64) - 1
 _GOLD = np.uint64(GOLDEN)
 _SCALE = 1.0 / 9007199254740992.0  # 2^-53
 _NO_WEIGHTS = torch.empty(0, dtype=torch.float64)  # float64, as weights: one signature
+_NO_VALUES = np.empty(0, dtype=np.int64)  # no buffer to draw edge ids into
 
 
 def mix64(z: int) -> int:
@@ -89,8 +90,8 @@ def variates(keys: np.ndarray, seed: int) -> np.ndarray:
 
 def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tensor,
                      fanout: int, seed: int, weights: Optional[Tensor] = None,
-                     edge_ids: Optional[Tensor] = None,
-                     edge_values: bool = False) -> SampledHop:
+                     edge_ids: Optional[Tensor] = None, edge_values: bool = False,
+                     values_out: Optional[Tensor] = None) -> SampledHop:
     """LABOR-samples in-neighbours of local destination rows ``seeds``.
 
     Args:
@@ -104,6 +105,8 @@ def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tenso
         edge_ids (Tensor, optional): original id of every stored edge (int64 or int32):
             breaks ties; default: CSC positions.
         edge_values (bool): also return ``edge_ids`` at the drawn edges (int64).
+        values_out (Tensor, optional): a contiguous 1-D int64 buffer: when the draw fits,
+            those ids are its front (a view: the caller's concatenation copies nothing).
 
     Returns:
         :class:`~pyg_dist.sampler._sample_kernels.SampledHop`, each seed's edges ascending by
@@ -123,7 +126,11 @@ def sample_labor_hop(indptr: Tensor, indices: Tensor, keys: Tensor, seeds: Tenso
     counts, pos = labor_fill(indptr.numpy(), keys.numpy(), ties, w.numpy(),
                              seeds.long().contiguous().numpy(), int(fanout),
                              np.uint64(int(seed) & _MASK), weights is not None)
-    nbrs, got = gather_drawn(indices.numpy(), ties, pos, bool(edge_values))
+    out = _NO_VALUES
+    if values_out is not None and edge_values:
+        check_values_out(values_out)
+        out = values_out.numpy()
+    nbrs, got = gather_drawn(indices.numpy(), ties, pos, bool(edge_values), out)
     return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
                       torch.from_numpy(got) if edge_values else None)
 

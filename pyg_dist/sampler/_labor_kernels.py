@@ -200,7 +200,7 @@ def _bits(d: int) -> int:
     return s
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _kept(keys, seed, a, d, k, s, buf, vals) -> int:
     """The packed ``rank << s | offset`` of the candidates of row ``a..a+d`` into
     ``vals``; returns how many (at least ``k``), or ``-1`` if the row does not fit."""
@@ -226,7 +226,7 @@ def _kept(keys, seed, a, d, k, s, buf, vals) -> int:
     return d
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _count_sort(vals, m, out) -> None:
     """``vals[:m]`` (distinct) ascending into ``out[:m]``: each goes where as many
     rank before it."""
@@ -259,7 +259,7 @@ def _order_ties(slot, m, s, a, keys, ties) -> None:
         slot[q] = v
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def pick_by_rank(keys, ties, seed, a, d, k, buf, vals, slot, pos, at) -> bool:
     """Writes the CSC positions of the ``k`` (``1 <= k <= min(d, FAST_MAX)``)
     first-ranked in-edges of row ``a..a+d`` to ``pos[at:at+k]``, in rank order; returns
@@ -301,19 +301,16 @@ def _bounds(indptr, weights, seeds, fanout, use_weight):
 
 
 @numba.njit(**_JIT)
-def _pick(keys, ties, weights, seed, a, b, k, use_weight, bufs, pos, at) -> None:
+def _pick_floats(keys, ties, weights, seed, a, b, k, use_weight, cand, fvals, bv, heap, pos,
+                 at) -> None:
     """Writes the CSC positions of row ``a..b``'s ``k`` first-ranked edges to
-    ``pos[at:at+k]``: in integers (:func:`pick_by_rank`) where the row fits, else in
-    floats."""
-    buf, vals, slot, cand, fvals, bv = bufs
-    if not use_weight and k <= FAST_MAX and \
-            pick_by_rank(keys, ties, seed, a, b - a, k, buf, vals, slot, pos, at):
-        return
+    ``pos[at:at+k]``, ranked in floats (weighted rows, large fan-outs, rows too wide
+    for :func:`pick_by_rank`)."""
     m = _candidates(keys, weights, seed, a, b, k, use_weight, fvals, cand)
     if k <= _INSERT_MAX:  # small k: a sorted buffer of k, written in place
         _first_k(fvals, cand, m, k, keys, ties, bv, pos, at)
     else:
-        _smallest(fvals, keys, ties, cand, m, k, buf, pos, at)
+        _smallest(fvals, keys, ties, cand, m, k, heap, pos, at)
 
 
 @numba.njit(**_JIT)
@@ -327,11 +324,11 @@ def labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
     for i in range(n):
         widest = max(widest, end[i] - start[i])
     pos = np.empty(counts.sum(), dtype=np.int64)
-    bufs = (np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64),
-            np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64),
-            np.empty(widest, dtype=np.float64), np.empty(_INSERT_MAX, dtype=np.float64))
+    buf, vals = np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64)
+    slot, cand = np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64)
+    fvals, bv = np.empty(widest, dtype=np.float64), np.empty(_INSERT_MAX, dtype=np.float64)
     line = max(64 // keys.itemsize, 1)
-    at = np.int64(0)  # not the literal 0: one compiled _pick (and callees), not two
+    at = np.int64(0)  # not the literal 0: one compiled _pick_floats (and callees)
     for i in range(n):
         if i + PREFETCH_AHEAD < n:
             a, b = start[i + PREFETCH_AHEAD], end[i + PREFETCH_AHEAD]
@@ -339,22 +336,29 @@ def labor_fill(indptr, keys, ties, weights, seeds, fanout, seed, use_weight):
                 prefetch(keys, e)
             if b > a:  # the last line, when the row does not start on one
                 prefetch(keys, b - 1)
-        if counts[i] > 0:
-            _pick(keys, ties, weights, seed, start[i], end[i], counts[i], use_weight, bufs,
-                  pos, at)
-        at += counts[i]
+        a, b, k = start[i], end[i], counts[i]
+        if k > 0 and (use_weight or k > FAST_MAX or  # inlined: the common rows' path
+                      not pick_by_rank(keys, ties, seed, a, b - a, k, buf, vals, slot, pos,
+                                       at)):
+            _pick_floats(keys, ties, weights, seed, a, b, k, use_weight, cand, fvals, bv,
+                         buf, pos, at)
+        at += k
     return counts, pos
 
 
 @numba.njit(**_JIT)
-def gather_drawn(indices, ties, pos, values):
+def gather_drawn(indices, ties, pos, values, out):
     """The drawn edges' sources and (``values``) their ids in ``ties`` (``(words,
-    wide)``), prefetched ahead."""
+    wide)``), prefetched ahead; the ids go to the front of ``out`` when it is long
+    enough (the caller's buffer: no copy later), else to a new array."""
     total = pos.shape[0]
     words, wide = ties
     step = 2 if wide else 1
     nbrs = np.empty(total, dtype=np.int64)
-    got = np.empty(total if values else 0, dtype=np.int64)
+    if values and out.shape[0] >= total:
+        got = out[:total]
+    else:
+        got = np.empty(total if values else 0, dtype=np.int64)
     for j in range(total):
         if j + PREFETCH_AHEAD < total:
             prefetch(indices, pos[j + PREFETCH_AHEAD])

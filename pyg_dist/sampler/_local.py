@@ -89,7 +89,8 @@ class LocalSampler:
             if request.labor_seed is not None:
                 hop = self.sample_labor(edge_type, request.seeds[i], request.fanouts[i],
                                         request.labor_seed, request.weight_attr,
-                                        request.original_eids)
+                                        request.original_eids,
+                                        values_out[i] if values_out else None)
             else:
                 hop = self.sample(edge_type, request.seeds[i], request.fanouts[i],
                                   request.replace, request.rng_seed + i,
@@ -130,18 +131,18 @@ class LocalSampler:
         return hop._replace(pos=hop.pos + csc.edge_offset)
 
     def sample_labor(self, edge_type: EdgeType, seeds: Tensor, fanout: int, labor_seed: int,
-                     weight_attr: Optional[str] = None,
-                     original_eids: bool = False) -> SampledHop:
+                     weight_attr: Optional[str] = None, original_eids: bool = False,
+                     values_out: Optional[Tensor] = None) -> SampledHop:
         """LABOR-samples neighbours of owned global ``seeds`` over ``edge_type``
         (:mod:`pyg_dist.sampler._labor`; ``labor_seed``: the layer's seed); returns as
-        :meth:`sample` does."""
+        :meth:`sample` does (``values_out``: as there)."""
         csc = self.graph.csc_by_type[edge_type]
         local = self.graph.node_book(edge_type[2]).to_local(self.graph.part, seeds)
         weights = self.edge_weight(edge_type, weight_attr) if weight_attr else None
         hop = sample_labor_hop(csc.indptr, csc.indices, self.labor_keys(edge_type), local,
                                fanout, type_seed(labor_seed, edge_type[0]), weights=weights,
                                edge_ids=self.ids.table("edge", edge_type),
-                               edge_values=original_eids)
+                               edge_values=original_eids, values_out=values_out)
         self._check_sources(edge_type, hop.nbrs)
         return hop._replace(pos=hop.pos + csc.edge_offset)
 
