@@ -140,3 +140,22 @@ def test_the_checks_can_fail(tmp_path):
     sample.write_text("import os\n")
     assert surface_problems("sample", sample) == \
         ["sample: public (no leading underscore) but has no __all__"]
+
+
+def test_names_and_subpackages_resolve_on_first_use():
+    """``pyg_dist`` imports its packages when a name is first used (PEP 562): every name
+    of ``__all__`` and every subpackage resolves; anything else is an AttributeError."""
+    import pyg_dist
+
+    assert all(getattr(pyg_dist, name) is not None for name in pyg_dist.__all__)
+    # called directly: here the package holds its subpackages already (they were imported)
+    assert pyg_dist.__getattr__("checkpoint") is importlib.import_module("pyg_dist.checkpoint")
+    assert pyg_dist.__getattr__("Partitioner") is importlib.import_module(
+        "pyg_dist.partition").Partitioner
+    assert set(pyg_dist.__all__) <= set(dir(pyg_dist))
+    try:
+        pyg_dist.__getattr__("no_such_name")
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("an unknown name resolved")

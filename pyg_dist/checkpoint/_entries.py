@@ -23,7 +23,6 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from pyg_dist.loader._base import DistLoader
 
 MODULE, OPTIMIZER, LOADER, STATEFUL, JSON = "module", "optimizer", "loader", "stateful", "json"
 KINDS = (MODULE, OPTIMIZER, LOADER, STATEFUL, JSON)
@@ -76,6 +75,9 @@ def entry_of(key: Any, value: Any) -> Entry:
         return Entry(key, MODULE, value)
     if isinstance(value, torch.optim.Optimizer):
         return Entry(key, OPTIMIZER, value)
+    # imported here: the checkpoint command reads checkpoints without torch_geometric
+    from pyg_dist.loader._base import DistLoader
+
     if isinstance(value, DistLoader):
         return Entry(key, LOADER, value)
     if is_stateful(value):

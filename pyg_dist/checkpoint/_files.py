@@ -39,7 +39,6 @@ from pyg_dist.checkpoint._sharded import TensorEntry
 from pyg_dist.format import _files as fs
 from pyg_dist.format._digest import DigestMismatch, check_file, file_digest
 from pyg_dist.format._jsonio import read_json
-from pyg_dist.loader._state import LoaderState
 
 LATEST = fs.LATEST
 INFO = "info.json"
@@ -218,6 +217,8 @@ def read_rank_state(file: Path, world_size: int, loaders: List[str],
     rng = obj["torch_rng"]
     if not isinstance(rng, Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
         raise CheckpointError(f"{file}: torch_rng must be a 1-D uint8 tensor")
+    from pyg_dist.loader._state import LoaderState  # here: it imports torch_geometric
+
     for key in loaders:
         try:
             LoaderState.from_dict(obj["loaders"][key], f"loader '{key}'")

@@ -16,7 +16,6 @@ from pyg_dist.checkpoint._entries import Entry
 from pyg_dist.checkpoint._errors import CheckpointError
 from pyg_dist.checkpoint._ranks import Ranks, same_everywhere
 from pyg_dist.checkpoint._sharded import copy_rows, fill, plan_rows, split
-from pyg_dist.loader._state import LoaderState
 
 log = logging.getLogger("pyg_dist")
 PathLike = Union[str, os.PathLike]
@@ -255,5 +254,7 @@ def _loader_step(entry: Entry, saved: Dict[str, Any],
                  exact: bool) -> Tuple[Callable[[], None], Tuple[int, int]]:
     if exact:
         return (lambda: entry.obj.load_state_dict(saved)), (saved["epoch"], saved["batch"])
+    from pyg_dist.loader._state import LoaderState  # here: it imports torch_geometric
+
     epoch = LoaderState.from_dict(saved).next_epoch()
     return (lambda: entry.obj.set_epoch(epoch)), (epoch, 0)

@@ -53,9 +53,12 @@ def warm_up(labor: bool = False, wide_keys: bool = False) -> float:
         if not todo:
             return 0.0
         start = time.perf_counter()
-        for part in todo:
-            PARTS[part]()
-            _DONE.add(part)
+        # the tiny inputs draw from torch's generator: the caller's stream (a seeded
+        # model's initialisation) must not depend on whether kernels were warm already
+        with torch.random.fork_rng(devices=[]):
+            for part in todo:
+                PARTS[part]()
+                _DONE.add(part)
         return time.perf_counter() - start
 
 

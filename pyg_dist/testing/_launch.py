@@ -66,9 +66,12 @@ def torchrun_env(rank: int, world_size: int, port: int, nodes: int = 1) -> Dict[
             "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1"}
 
 
-#: what the fork server imports once for every child it forks
-PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.testing",
-           "pyg_dist.loader._preload"]
+#: what the fork server imports once for every child it forks (``import pyg_dist`` imports
+#: its packages on first use: they are named here)
+PRELOAD = ["torch", "torch.distributed", "torch_geometric", "pyg_dist", "pyg_dist.rpc",
+           "pyg_dist.store", "pyg_dist.partition", "pyg_dist.sampler", "pyg_dist.loader",
+           "pyg_dist.checkpoint", "pyg_dist.embedding", "pyg_dist.inference", "pyg_dist.loop",
+           "pyg_dist.testing", "pyg_dist.loader._preload"]
 
 
 #: seconds a rank gets to exit after its result: a forked child ends in ``os._exit`` after

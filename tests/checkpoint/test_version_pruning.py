@@ -145,12 +145,19 @@ def test_the_command_lists_verifies_and_repoints(tmp_path, capsys):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_the_command_runs_as_a_module(tmp_path):
+    """... without importing torch_geometric (seconds of CPU per start: torch._dynamo,
+    pandas), which reading a checkpoint does not need; ``-X importtime`` lists every
+    module the command imported."""
     names = _saved(tmp_path, steps=(1,))
     env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parents[2])}
-    run = [sys.executable, "-m", "pyg_dist.cli.checkpoint"]
+    run = [sys.executable, "-X", "importtime", "-m", "pyg_dist.cli.checkpoint"]
     out = subprocess.run([*run, "verify", str(tmp_path)], capture_output=True, text=True,
                          env=env, timeout=240)
     assert out.returncode == 0 and f"{names[0]}: OK (step 1" in out.stdout, out
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "pyg_dist.checkpoint" in imported, out.stderr[-2000:]
+    assert not {"torch_geometric", "pyg_dist.loader"} & imported, sorted(imported)
 
 
 @pytest.mark.parametrize("argv, message", [

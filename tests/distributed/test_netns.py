@@ -5,12 +5,14 @@ Each machine runs its own ``torchrun`` with ``--master-addr`` the first machine'
 pick the interface that reaches the master for gloo and TensorPipe by itself. The job
 trains and gives exactly the results of the same job over loopback (same seed): the
 same batches, sampled over RPC between the machines instead of read directly from the
-same-machine partition files.
+same-machine partition files. The loopback job's ranks are forked from the test's warm fork
+server (:func:`tests.support.scripts.run_script`), the machines' are fresh interpreters
+under torchrun: a seeded job gives the same results either way (the kernels' warm-up
+runs in a fresh rank, in the fork server for a forked one).
 """
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ from pyg_dist import Partitioner
 from pyg_dist.testing import free_port
 from tests.support import instrument
 from tests.support.netns import EmulatedCluster, remove_leftovers, unavailable
+from tests.support.scripts import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "benchmarks" / "trainers" / "node_classification.py"
@@ -74,16 +77,16 @@ def _run_machines(cluster: EmulatedCluster, commands: list) -> list:
 @pytest.mark.timeout(360)
 def test_two_namespaces_train_like_loopback(parts: Path) -> None:
     remove_leftovers()
-    loop = subprocess.run(_torchrun(1, 0, 2, "127.0.0.1", free_port(), parts), cwd=REPO,
-                          env={**os.environ, **ENV}, capture_output=True, text=True, timeout=150)
-    assert loop.returncode == 0, loop.stdout[-6000:] + loop.stderr[-3000:]
+    loop = run_script(INSTRUMENT, ["--", str(EXAMPLE), "--partition-dir", str(parts), *ARGS],
+                      2, timeout=150, cwd=REPO, extra_env=ENV)
+    assert loop.returncode == 0, loop.describe()
     with EmulatedCluster(2) as cluster:
         port = free_port()
         outs = _run_machines(cluster, [_torchrun(2, m, 1, cluster.address(0), port, parts)
                                        for m in (0, 1)])
-    ours, ref = _result(outs[0]), _result(loop.stdout)
+    ours, ref = _result(outs[0]), _result(loop.output)
     assert ours["world_size"] == ref["world_size"] == 2
-    direct = [instrument.read_reports(out)[0]["direct_parts"] for out in (loop.stdout, outs[0])]
+    direct = [instrument.read_reports(out)[0]["direct_parts"] for out in (loop.output, outs[0])]
     assert direct == [[1], []]  # loopback reads the other partition's files; 2 machines not
     for key in ("train_loss", "train_acc", "val_acc", "test_acc", "batches_per_epoch"):
         assert ours[key] == ref[key], (key, ours, ref)

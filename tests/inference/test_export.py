@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict
 
@@ -19,6 +17,7 @@ from pyg_dist import DistContext, LocalFeatureStore, LocalGraphStore, Partitione
 from pyg_dist.inference import ExportFormatError, export, layerwise, read_export
 from pyg_dist.format import _partition_io as io
 from pyg_dist.testing import run_ranks
+from pyg_dist.testing._launch import process_context
 
 
 def _stores(root: Path, pid: int = 0):
@@ -111,23 +110,19 @@ def test_failed_export_leaves_previous(cora1, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
 
-_KILLED = """
-import os, sys, numpy as np
-from pathlib import Path
-from pyg_dist import LocalFeatureStore, LocalGraphStore
-from pyg_dist.inference import export, layerwise
-sys.path.insert(0, {tests!r})
-from infer_models import build
-root = Path({root!r})
-data = (LocalFeatureStore.from_partition(root, 0), LocalGraphStore.from_partition(root, 0))
-result = layerwise(build("gin", 1433), data, progress=False)
-real = np.save
-def save_then_die(path, *args, **kwargs):
-    real(path, *args, **kwargs)
-    os._exit(9)   # killed after the first file of the new export
-np.save = save_then_die
-export(result, root, {out!r}, overwrite=True)
-"""
+def _export_then_die(root: str, out: str) -> None:
+    """In a child process: an export over ``out`` killed (exit code 9) right after its
+    first file, as a SIGKILL would leave it."""
+    os.environ["WORLD_SIZE"] = "1"
+    result = layerwise(build("gin", 1433), _stores(Path(root)), progress=False)
+    real = np.save
+
+    def save_then_die(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        os._exit(9)  # killed after the first file of the new export
+
+    np.save = save_then_die
+    export(result, root, out, overwrite=True)
 
 
 @pytest.mark.multiprocess
@@ -136,10 +131,16 @@ def test_killed_export_leaves_previous(cora1, tmp_path):
     result = layerwise(build("sage", data.num_features), _stores(root), progress=False)
     out = export(result, root, tmp_path / "exp")
     before = read_export(out)["_N"][1].copy()
-    code = _KILLED.format(tests=str(Path(__file__).parent), root=str(root), out=str(out))
-    env = {**os.environ, "WORLD_SIZE": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, timeout=120)
-    assert proc.returncode == 9
+    # forked from the warm fork server: a fresh interpreter only added ~10 s of imports
+    child = process_context("forkserver").Process(target=_export_then_die,
+                                                  args=(str(root), str(out)))
+    child.start()
+    child.join(120)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        pytest.fail("the export did not end in 120 s")
+    assert child.exitcode == 9, child.exitcode
     assert np.array_equal(read_export(out)["_N"][1], before)  # still the previous export
     again = export(result, root, out, overwrite=True)  # the leftover is cleaned up
     assert np.array_equal(read_export(again)["_N"][1], before)

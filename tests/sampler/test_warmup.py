@@ -31,3 +31,19 @@ def test_no_kernel_compiles_after_warm_up():
     for name, count in ENTRY_KERNELS.items():
         assert report["warmed"].get(name, 0) >= count, (name, report["warmed"])
     assert report["again_returned"] == 0.0 and report["again_s"] < 0.01
+
+
+@pytest.mark.parametrize("labor", [False, True])
+def test_warm_up_leaves_torch_generator_as_it_was(monkeypatch, labor):
+    """A job seeds torch, then joins RPC (which warms the kernels up), then builds its
+    model: warming up must not draw from torch's generator, or a fresh interpreter
+    (torchrun) and a process forked from a warm one initialise different models."""
+    from pyg_dist.sampler import _warmup
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(_warmup, "_DONE", set())  # as in a process that never warmed up
+    torch.manual_seed(7)
+    assert _warmup.warm_up(labor=labor) > 0.0  # it ran every part
+    after_warm_up = torch.rand(4)
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(4), after_warm_up)

@@ -80,7 +80,7 @@ def test_a_restart_runs_every_rank_again_with_the_next_count(script):
 
 @pytest.mark.timeout(60)
 def test_a_rank_past_the_timeout_is_killed(script):
-    run = run_script(script, ["sleep"], nproc=2, timeout=15)
+    run = run_script(script, ["sleep"], nproc=2, timeout=6)
     assert run.timed_out and run.returncode == -9, run.describe()
     assert "timed out: killing every rank" in run.output
     for pid in run.pids:
