@@ -30,6 +30,7 @@ from pyg_dist.sampler._cache import shared as shared_cache
 from pyg_dist.sampler._hop_round import Plan
 from pyg_dist.sampler._hop_state import HopState
 from pyg_dist.sampler._id_lookup import relabel
+from pyg_dist.sampler._joint_hop import JointHops
 from pyg_dist.store._original_ids import ID_ATTR
 from pyg_dist.sampler._link import OrderKey, sample_links
 from pyg_dist.sampler._options import check_attr, check_time
@@ -205,8 +206,13 @@ class DistNeighborSampler(PygDriving, BaseSampler):
                          original_eids=self.original_ids, edge_hints=self._edge_hints,
                          pool=self._indexes, key_bounds=self.meta.num_nodes)
         laps("dedupe")  # the hash tables
+        joint = self._joint_hops()
         for hop in range(self.num_hops):
-            plan = self._plan(hop, state, rng, labor_seed)
+            rng_seed = int(rng.integers(0, 2**62))
+            if joint is not None:
+                joint.run(state, hop, rng_seed, laps)
+                continue
+            plan = self._plan(hop, state, rng_seed, labor_seed)
             responses = await self.run_hop(plan, state)
             laps("sample")
             hop_round.merge(self.group, self.meta, state, plan, responses)
@@ -221,12 +227,20 @@ class DistNeighborSampler(PygDriving, BaseSampler):
         laps("sample")
         return sub
 
-    def _plan(self, hop: int, state: HopState, rng: np.random.Generator,
+    def _joint_hops(self) -> Optional[JointHops]:
+        """What runs this sampler's hops in one pass over every partition read here
+        (:mod:`pyg_dist.sampler._joint_hop`), once bound; ``None`` where it cannot."""
+        binding = self.bound()
+        if getattr(self, "_joint", (None, None))[0] is not binding:
+            self._joint = (binding, JointHops.of(self))
+        return self._joint[1]
+
+    def _plan(self, hop: int, state: HopState, rng_seed: int,
               labor_seed: Optional[int] = None) -> Plan:
         """Splits the frontier by owner: per partition, a request and where rows go
-        (``labor_seed``: the batch's LABOR seed; ``None``: neighbour sampling)."""
+        (``rng_seed``: the hop's; ``labor_seed``: the batch's LABOR seed; ``None``:
+        neighbour sampling)."""
         plan: Plan = {}
-        rng_seed = int(rng.integers(0, 2**62))
         if labor_seed is not None:  # one seed per layer, the same for every partition
             labor_seed = labor.hop_seed(labor_seed, hop, self.config.layer_dependency)
         for edge_type in self.meta.edge_types:

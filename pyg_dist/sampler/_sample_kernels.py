@@ -38,6 +38,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch import Tensor
 
+from pyg_dist.sampler._addresses import emit_prefetch
 from pyg_dist.sampler._checks import (check_csc, check_edge_values, check_sample_args,
                                      check_values_out)
 
@@ -61,10 +62,7 @@ def prefetch(typingctx, arr, idx):
         ary = context.make_array(signature.args[0])(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary, [args[1]],
                                        wraparound=False)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # read, keep
+        emit_prefetch(builder, builder.bitcast(ptr, ir.IntType(8).as_pointer()))
         return context.get_dummy_value()
     return sig, codegen
 

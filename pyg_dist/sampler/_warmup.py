@@ -20,11 +20,13 @@ import threading
 import time
 from typing import Callable, Dict, Set
 
+import numpy as np
 import torch
 
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import _routing as routing
 from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor_hop, _gather as row_copy
+from pyg_dist.sampler import _joint_hop as joint
 from pyg_dist.sampler._node_index import NodeIndex
 from pyg_dist.sampler._runs import seed_runs, take_runs
 
@@ -102,6 +104,16 @@ def _sampling_kernels() -> None:
                                    seed_time=seed_time, temporal_strategy=strategy)
 
 
+def _joint_kernel() -> None:
+    """The hop over several partitions read here (one signature whatever their dtypes)."""
+    readers = [joint.Reader(p, *_tiny_csc(dtype), 82 * p, torch.arange(82, dtype=dtype), "")
+               for p, dtype in enumerate((torch.int64, torch.int32))]
+    tables = joint.JointTables(readers, torch.tensor([0, 3, 6]), 164, 2)
+    joint.sample_joint(tables, torch.tensor([0, 4, 2, 5]), 3, False,
+                       joint.stream_seeds(1, tables.parts, np.zeros(2, dtype=np.int64)), 5, 164,
+                       ("n", "to", "n"))
+
+
 def _labor_kernels(key_dtype: torch.dtype) -> None:
     """LABOR with ``key_dtype`` source keys, gathering from int64 and int32 ``indices``;
     int32 and int64 edge id tables, uniform and weighted rows share one kernel."""
@@ -146,6 +158,7 @@ def _index_kernels() -> None:
 def _neighbor_parts() -> None:
     """Everything but LABOR: neighbour sampling, feature fetching, the node index."""
     _sampling_kernels()
+    _joint_kernel()
     _feature_kernels()
     _index_kernels()
 
