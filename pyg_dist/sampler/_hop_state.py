@@ -175,7 +175,8 @@ class HopState:
             ``[2, E]`` edge tensor (rows relabelled into its first row, destinations
             filled into its second, the earlier hops' few edges copied in front), with
             no concatenation at :meth:`output`. ``None``: every hop's edges are
-            concatenated at :meth:`output` (the result is the same).
+            concatenated at :meth:`output` (the result is the same). After the last
+            hop there is no next :attr:`frontier` (no copy of the last hop's nodes).
     """
 
     def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
@@ -352,7 +353,8 @@ class HopState:
             self._drawn[t] = self._drawn.get(t, 0) + values.numel()
 
     def end_hop(self, sampled: Dict[EdgeType, int]) -> None:
-        """Closes a hop: the nodes added during it become the next frontier.
+        """Closes a hop: the nodes added during it become the next frontier (none after
+        the last hop, when ``num_hops`` is given: nothing samples from it).
 
         ``sampled`` holds the number of edges sampled per edge type (every type).
         """
@@ -361,11 +363,12 @@ class HopState:
         self.hops_done += 1
         self._drawn = {}
         self.frontier = {}
+        last = self.num_hops is not None and self.hops_done >= self.num_hops
         for node_type, index in self.index.items():
             before = sum(self.num_nodes[node_type])
             added = len(index) - before
             self.num_nodes[node_type].append(added)
-            if added == 0:
+            if added == 0 or last:
                 continue
             keys = index.keys_since(before)
             ids, batch = (keys & ID_MASK, keys >> ID_BITS) if self.disjoint else (keys, None)

@@ -172,8 +172,10 @@ def test_last_hop_by_hand():
     first = state.rows[AA][0]
     assert first._base is not None and first._base.shape == (2, 6)  # written in place
     state.end_hop({AA: 3})
+    assert state.frontier == {}  # nothing samples from the last hop's nodes: not copied
     out = state.output([AA])
     assert out.row[AA].data_ptr() == first.data_ptr()  # the output is that tensor
+    assert out.num_sampled_nodes["a"] == [2, 2, 1]  # the last hop's new node counted
     assert out.node["a"].tolist() == [5, 7, 9, 3, 11]
     assert out.row[AA].tolist() == [1, 2, 3, 0, 4, 4]
     assert out.col[AA].tolist() == [0, 0, 1, 2, 3, 3]
