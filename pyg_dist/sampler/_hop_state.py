@@ -259,11 +259,24 @@ class HopState:
             self._column(edge_type).append(original)
         self._add_nodes(edge_type, col, nbrs, eids, batch)
 
+    def _final_pair(self, edge_type: EdgeType, n: int
+                    ) -> Optional[Tuple[Tensor, Tensor, int]]:
+        """At the last hop, the two rows of the edge type's final ``[2, E]`` tensor for
+        ``n`` more edges, and where they start (after the earlier hops' edges);
+        ``None`` before the last hop (or when ``num_hops`` is not known)."""
+        if self.hops_done + 1 != self.num_hops:
+            return None
+        start = sum(r.numel() for r in self.rows.get(edge_type, ()))
+        row, dst = torch.empty(2, start + n, dtype=torch.long).unbind()
+        return row, dst, start
+
     def _add_nodes(self, edge_type: EdgeType, col: Optional[Tensor], nbrs: Tensor,
                    eids: Tensor, batch: Optional[Tensor],
-                   repeat: Optional[Tuple[Tensor, Tensor]] = None) -> None:
+                   repeat: Optional[Tuple[Tensor, Tensor]] = None,
+                   final: Optional[Tuple[Tensor, Tensor, int]] = None) -> None:
         """Relabels ``nbrs`` and records the edges; ``col`` ``None``: the destinations
-        are ``repeat = (seeds, counts)``, each seed repeated per edge."""
+        are ``repeat = (seeds, counts)``, each seed repeated per edge. ``final``: the
+        :meth:`_final_pair` already taken (``col`` may lie in it)."""
         n = nbrs.numel()
         if col is not None and col.numel() != n:
             raise ValueError(f"{col.numel()} destinations for {n} sampled edges")
@@ -274,12 +287,12 @@ class HopState:
         index, keys = self.index[src_type], self._keys(nbrs, batch)
         rows = self.rows.setdefault(edge_type, [])
         cols = self.cols.setdefault(edge_type, [])
-        if self.hops_done + 1 == self.num_hops:  # the last hop: into the final tensor
-            start = sum(r.numel() for r in rows)
-            row, dst = torch.empty(2, start + n, dtype=torch.long).unbind()
+        final = final if final is not None else self._final_pair(edge_type, n)
+        if final is not None:  # the last hop: into the final tensor
+            row, dst, start = final
             if col is None:  # before the insert: bad counts or keys change nothing
                 repeat_into(repeat[0], repeat[1], out=dst[start:])
-            else:
+            elif col.data_ptr() != dst[start:].data_ptr():  # not laid out in place
                 dst[start:] = col
             index.insert(keys, out=row[start:])
             if rows:  # the earlier hops' (few) edges in front
@@ -309,7 +322,9 @@ class HopState:
                 self._column(edge_type).append(p.original)
             self._add_nodes(edge_type, p.col, p.nbrs, p.eids, p.batch, (p.seeds, p.counts))
             return int(p.nbrs.numel())
-        runs = seed_runs([p.seeds for p in pieces], [p.counts for p in pieces])
+        final = self._final_pair(edge_type, sum(p.nbrs.numel() for p in pieces))
+        runs = seed_runs([p.seeds for p in pieces], [p.counts for p in pieces],
+                         col_out=None if final is None else final[1][final[2]:])
         if self.original is not None:
             if any(p.original is None for p in pieces):
                 raise ValueError("this hop state records original edge ids: pass them")
@@ -324,7 +339,7 @@ class HopState:
 
         batch = ordered([p.batch for p in pieces]) if pieces[0].batch is not None else None
         self._add_nodes(edge_type, runs.col, ordered([p.nbrs for p in pieces]),
-                        ordered([p.eids for p in pieces]), batch)
+                        ordered([p.eids for p in pieces]), batch, final=final)
         return runs.total
 
     def _column(self, edge_type: EdgeType) -> Column:

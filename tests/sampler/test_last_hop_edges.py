@@ -209,3 +209,32 @@ def test_bad_last_hop_input_changes_nothing():
     for bad in (-1, 1.0, True, "2"):
         with pytest.raises(ValueError, match="num_hops"):
             HopState({"a": T([5])}, disjoint=False, num_hops=bad)
+
+
+def test_seed_runs_lays_the_destinations_out_in_a_given_row(monkeypatch):
+    """Several partitions' last hop: the merged destinations are laid out straight in
+    the final tensor's row (``col_out``), equal to those of a new column."""
+    from pyg_dist.sampler import _hop_state
+    from pyg_dist.sampler._runs import seed_runs
+
+    seeds, counts = [T([0, 3, 4]), T([1, 2]), T([5])], [T([2, 0, 3]), T([1, 2]), T([0])]
+    both = torch.full((2, 8), -1, dtype=torch.long)
+    runs = seed_runs(seeds, counts, col_out=both[1])
+    assert runs.col.data_ptr() == both[1].data_ptr()
+    assert torch.equal(both[1], seed_runs(seeds, counts).col) and (both[0] == -1).all()
+    for bad in (torch.empty(7, dtype=torch.long), torch.empty(8, dtype=torch.int32),
+                torch.empty(8, 2, dtype=torch.long)[:, 0]):
+        with pytest.raises(ValueError, match="col_out"):
+            seed_runs(seeds, counts, col_out=bad)
+    laid = []
+    monkeypatch.setattr(_hop_state, "seed_runs", lambda *a, **k: laid.append(k) or
+                        seed_runs(*a, **k))
+    state = HopState({"a": T([10, 11, 12])}, disjoint=False, num_hops=1)
+    pieces = [EdgePiece(None, T([5, 6]), T([0, 1]), None, None, T([0]), T([2])),
+              EdgePiece(None, T([7]), T([2]), None, None, T([2]), T([1]))]
+    assert state.add_hop_edges(AA, pieces) == 3
+    assert laid[0]["col_out"].data_ptr() == state.cols[AA][0].data_ptr()  # in place
+    state.end_hop({AA: 3})
+    out = state.output([AA])
+    assert out.col[AA].tolist() == [0, 0, 2] and out.edge[AA].tolist() == [0, 1, 2]
+    assert out.node["a"][out.row[AA]].tolist() == [5, 6, 7]
