@@ -188,7 +188,8 @@ class HopState:
                  num_hops: Optional[int] = None) -> None:
         if num_hops is not None and (isinstance(num_hops, bool) or
                                      not isinstance(num_hops, int) or num_hops < 0):
-            raise ValueError(f"num_hops must be a non-negative int or None, got {num_hops!r}")
+            raise ValueError(f"num_hops must be a non-negative int or None, got "
+                             f"{num_hops!r}")
         self.num_hops = num_hops
         self.disjoint = disjoint
         self.pool = pool
@@ -302,7 +303,8 @@ class HopState:
             cols[:] = [dst]
         else:
             if col is None:
-                col = repeat_into(repeat[0], repeat[1], out=torch.empty(n, dtype=torch.long))
+                col = repeat_into(repeat[0], repeat[1],
+                                  out=torch.empty(n, dtype=torch.long))
             rows.append(index.insert(keys))
             cols.append(col)
         self.eids.setdefault(edge_type, []).append(eids)
