@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+import numba
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -22,6 +24,55 @@ ID_MASK = (1 << ID_BITS) - 1
 
 #: the largest fan-out whose room is reserved ahead (:meth:`HopState.spares`)
 SPARE_MAX_FANOUT = 1 << 12
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@numba.njit(**_JIT)
+def _repeat_into(values, counts, out):
+    """``out`` = each of ``values`` repeated ``counts`` times, in order; returns the
+    number of values written, or ``-1`` (nothing written) if a count is negative or
+    the counts do not add up to ``out``'s length."""
+    total = 0
+    for i in range(counts.shape[0]):
+        if counts[i] < 0:
+            return -1
+        total += counts[i]
+    if total != out.shape[0]:
+        return -1
+    o = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        for t in range(counts[i]):
+            out[o + t] = v
+        o += counts[i]
+    return o
+
+
+def repeat_into(values: Tensor, counts: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """``torch.repeat_interleave(values, counts)`` (int64), written into ``out`` when
+    given (a contiguous 1-D int64 tensor of ``counts.sum()`` values: e.g. a row of the
+    batch's final edge tensor, so nothing is allocated or copied later).
+
+    Raises:
+        ValueError: if ``values`` and ``counts`` differ in length, a count is negative,
+            or ``out`` is not a contiguous 1-D int64 tensor of the counts' total.
+    """
+    if values.dim() != 1 or counts.dim() != 1 or values.numel() != counts.numel():
+        raise ValueError(f"repeat_into: {tuple(values.shape)} values for "
+                         f"{tuple(counts.shape)} counts (1-D, one count per value)")
+    v = values.detach().contiguous().numpy().astype(np.int64, copy=False)
+    c = counts.detach().contiguous().numpy().astype(np.int64, copy=False)
+    if out is None:
+        total = int(c.sum()) if c.size else 0
+        out = torch.empty(max(total, 0), dtype=torch.long)
+    if out.dtype != torch.long or out.dim() != 1 or not out.is_contiguous():
+        raise ValueError(f"repeat_into: out must be a contiguous 1-D int64 tensor, got "
+                         f"{tuple(out.shape)} {out.dtype}")
+    if _repeat_into(v, c, out.numpy()) != out.numel():
+        raise ValueError(f"repeat_into: counts must be non-negative and add up to "
+                         f"{out.numel()} (got {c.tolist()[:8]}...)")
+    return out
 
 
 class Column:
@@ -119,6 +170,13 @@ class HopState:
         key_bounds: the number of global ids per node type (ids lie below it), which
             lets a batch that samples a good part of them relabel through a direct
             table (:mod:`pyg_dist.sampler._node_index`); not used in disjoint mode.
+        num_hops (int, optional): the hops the batch samples. The last one's edges
+            (most of the batch's) are then written straight into the batch's final
+            ``[2, E]`` edge tensor (rows relabelled into its first row, destinations
+            filled into its second, the earlier hops' few edges copied in front), with
+            no concatenation at :meth:`output`. ``None``: every hop's edges are
+            concatenated at :meth:`output` (the result is the same). After the last
+            hop there is no next :attr:`frontier` (no copy of the last hop's nodes).
     """
 
     def __init__(self, seeds: Dict[NodeType, Tensor], disjoint: bool,
@@ -126,7 +184,13 @@ class HopState:
                  capacity_hint: int = 1024, original_eids: bool = False,
                  edge_hints: Optional[Dict[EdgeType, int]] = None,
                  pool: Optional[NodeIndexPool] = None,
-                 key_bounds: Optional[Dict[NodeType, int]] = None) -> None:
+                 key_bounds: Optional[Dict[NodeType, int]] = None,
+                 num_hops: Optional[int] = None) -> None:
+        if num_hops is not None and (isinstance(num_hops, bool) or
+                                     not isinstance(num_hops, int) or num_hops < 0):
+            raise ValueError(f"num_hops must be a non-negative int or None, got "
+                             f"{num_hops!r}")
+        self.num_hops = num_hops
         self.disjoint = disjoint
         self.pool = pool
         self.key_bounds = {} if disjoint or key_bounds is None else key_bounds
@@ -196,15 +260,53 @@ class HopState:
             self._column(edge_type).append(original)
         self._add_nodes(edge_type, col, nbrs, eids, batch)
 
-    def _add_nodes(self, edge_type: EdgeType, col: Tensor, nbrs: Tensor, eids: Tensor,
-                   batch: Optional[Tensor]) -> None:
+    def _final_pair(self, edge_type: EdgeType, n: int
+                    ) -> Optional[Tuple[Tensor, Tensor, int]]:
+        """At the last hop, the two rows of the edge type's final ``[2, E]`` tensor for
+        ``n`` more edges, and where they start (after the earlier hops' edges);
+        ``None`` before the last hop (or when ``num_hops`` is not known)."""
+        if self.hops_done + 1 != self.num_hops:
+            return None
+        start = sum(r.numel() for r in self.rows.get(edge_type, ()))
+        row, dst = torch.empty(2, start + n, dtype=torch.long).unbind()
+        return row, dst, start
+
+    def _add_nodes(self, edge_type: EdgeType, col: Optional[Tensor], nbrs: Tensor,
+                   eids: Tensor, batch: Optional[Tensor],
+                   repeat: Optional[Tuple[Tensor, Tensor]] = None,
+                   final: Optional[Tuple[Tensor, Tensor, int]] = None) -> None:
+        """Relabels ``nbrs`` and records the edges; ``col`` ``None``: the destinations
+        are ``repeat = (seeds, counts)``, each seed repeated per edge. ``final``: the
+        :meth:`_final_pair` already taken (``col`` may lie in it)."""
+        n = nbrs.numel()
+        if col is not None and col.numel() != n:
+            raise ValueError(f"{col.numel()} destinations for {n} sampled edges")
         src_type = edge_type[0]
         if src_type not in self.index:
-            self.index[src_type] = self._new_index(nbrs.numel(), src_type)
+            self.index[src_type] = self._new_index(n, src_type)
             self.num_nodes[src_type] = [0] * (self.hops_done + 1)
-        row = self.index[src_type].insert(self._keys(nbrs, batch))
-        self.rows.setdefault(edge_type, []).append(row)
-        self.cols.setdefault(edge_type, []).append(col)
+        index, keys = self.index[src_type], self._keys(nbrs, batch)
+        rows = self.rows.setdefault(edge_type, [])
+        cols = self.cols.setdefault(edge_type, [])
+        final = final if final is not None else self._final_pair(edge_type, n)
+        if final is not None:  # the last hop: into the final tensor
+            row, dst, start = final
+            if col is None:  # before the insert: bad counts or keys change nothing
+                repeat_into(repeat[0], repeat[1], out=dst[start:])
+            elif col.data_ptr() != dst[start:].data_ptr():  # not laid out in place
+                dst[start:] = col
+            index.insert(keys, out=row[start:])
+            if rows:  # the earlier hops' (few) edges in front
+                _cat_into(rows, row[:start])
+                _cat_into(cols, dst[:start])
+            rows[:] = [row]
+            cols[:] = [dst]
+        else:
+            if col is None:
+                col = repeat_into(repeat[0], repeat[1],
+                                  out=torch.empty(n, dtype=torch.long))
+            rows.append(index.insert(keys))
+            cols.append(col)
         self.eids.setdefault(edge_type, []).append(eids)
 
     def add_hop_edges(self, edge_type: EdgeType, pieces: List[EdgePiece]) -> int:
@@ -216,11 +318,15 @@ class HopState:
         number of edges added."""
         if len(pieces) == 1:
             p = pieces[0]
-            col = p.col if p.col is not None else torch.repeat_interleave(
-                p.seeds, p.counts, output_size=p.nbrs.numel())
-            self.add_edges(edge_type, col, p.nbrs, p.eids, p.batch, p.original)
+            if self.original is not None:
+                if p.original is None:
+                    raise ValueError("this hop state records original edge ids: pass them")
+                self._column(edge_type).append(p.original)
+            self._add_nodes(edge_type, p.col, p.nbrs, p.eids, p.batch, (p.seeds, p.counts))
             return int(p.nbrs.numel())
-        runs = seed_runs([p.seeds for p in pieces], [p.counts for p in pieces])
+        final = self._final_pair(edge_type, sum(p.nbrs.numel() for p in pieces))
+        runs = seed_runs([p.seeds for p in pieces], [p.counts for p in pieces],
+                         col_out=None if final is None else final[1][final[2]:])
         if self.original is not None:
             if any(p.original is None for p in pieces):
                 raise ValueError("this hop state records original edge ids: pass them")
@@ -235,7 +341,7 @@ class HopState:
 
         batch = ordered([p.batch for p in pieces]) if pieces[0].batch is not None else None
         self._add_nodes(edge_type, runs.col, ordered([p.nbrs for p in pieces]),
-                        ordered([p.eids for p in pieces]), batch)
+                        ordered([p.eids for p in pieces]), batch, final=final)
         return runs.total
 
     def _column(self, edge_type: EdgeType) -> Column:
@@ -264,7 +370,8 @@ class HopState:
             self._drawn[t] = self._drawn.get(t, 0) + values.numel()
 
     def end_hop(self, sampled: Dict[EdgeType, int]) -> None:
-        """Closes a hop: the nodes added during it become the next frontier.
+        """Closes a hop: the nodes added during it become the next frontier (none after
+        the last hop, when ``num_hops`` is given: nothing samples from it).
 
         ``sampled`` holds the number of edges sampled per edge type (every type).
         """
@@ -273,11 +380,12 @@ class HopState:
         self.hops_done += 1
         self._drawn = {}
         self.frontier = {}
+        last = self.num_hops is not None and self.hops_done >= self.num_hops
         for node_type, index in self.index.items():
             before = sum(self.num_nodes[node_type])
             added = len(index) - before
             self.num_nodes[node_type].append(added)
-            if added == 0:
+            if added == 0 or last:
                 continue
             keys = index.keys_since(before)
             ids, batch = (keys & ID_MASK, keys >> ID_BITS) if self.disjoint else (keys, None)
@@ -314,29 +422,45 @@ class HopState:
                 else torch.empty(0, dtype=torch.long) for t in edge_types}
 
 
+def _cat_into(parts: List[Tensor], out: Tensor) -> None:
+    if len(parts) == 1:
+        out.copy_(parts[0])
+    else:
+        torch.cat(parts, out=out)
+
+
 def _edge_pair(rows: Optional[List[Tensor]], cols: Optional[List[Tensor]]
                ) -> Tuple[Tensor, Tensor]:
     """The rows and columns of an edge type's pieces, concatenated into the two rows of
-    one ``[2, E]`` tensor (:func:`edge_index` gives it back without a copy)."""
+    one ``[2, E]`` tensor (:func:`edge_index` gives it back without a copy); a single
+    piece that already is one (the last hop wrote the batch's edges there) as it is."""
     if not rows:
         empty = torch.empty(0, dtype=torch.long)
         return empty, empty
+    if len(rows) == 1 and _pair_base(rows[0], cols[0]) is not None:
+        return rows[0], cols[0]
     both = torch.empty(2, sum(r.numel() for r in rows), dtype=torch.long)
     torch.cat(rows, out=both[0])
     torch.cat(cols, out=both[1])
     return both[0], both[1]
 
 
-def edge_index(row: Tensor, col: Tensor) -> Tensor:
-    """``torch.stack([row, col])``, without a copy when ``row`` and ``col`` are the two
-    rows of one ``[2, E]`` tensor (as :meth:`HopState.output` makes them)."""
+def _pair_base(row: Tensor, col: Tensor) -> Optional[Tensor]:
+    """The ``[2, E]`` tensor whose two rows ``row`` and ``col`` are, if they are."""
     base = row._base
     if base is not None and col._base is base and base.dim() == 2 and \
             base.shape == (2, row.numel()) and base.is_contiguous() and \
             row.data_ptr() == base.data_ptr() and \
             col.data_ptr() == base.data_ptr() + row.numel() * base.element_size():
         return base
-    return torch.stack([row, col])
+    return None
+
+
+def edge_index(row: Tensor, col: Tensor) -> Tensor:
+    """``torch.stack([row, col])``, without a copy when ``row`` and ``col`` are the two
+    rows of one ``[2, E]`` tensor (as :meth:`HopState.output` makes them)."""
+    base = _pair_base(row, col)
+    return base if base is not None else torch.stack([row, col])
 
 
 def _subtree_time(seeds: Dict[NodeType, Tensor],

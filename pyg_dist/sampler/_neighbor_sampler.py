@@ -204,7 +204,8 @@ class DistNeighborSampler(PygDriving, BaseSampler):
         state = HopState(seeds, self.config.disjoint, seed_time,
                          capacity_hint=min(hint, max(self.meta.num_nodes.values())),
                          original_eids=self.original_ids, edge_hints=self._edge_hints,
-                         pool=self._indexes, key_bounds=self.meta.num_nodes)
+                         pool=self._indexes, key_bounds=self.meta.num_nodes,
+                         num_hops=self.num_hops)
         laps("dedupe")  # the hash tables
         joint = self._joint_hops()
         for hop in range(self.num_hops):

@@ -197,10 +197,22 @@ class NodeIndex:
             order[:self._size] = self._order[:self._size]
             self._order = order
 
-    def insert(self, keys: Tensor) -> Tensor:
-        """Adds the keys not seen yet; returns every key's position."""
+    def insert(self, keys: Tensor, out: Optional[Tensor] = None) -> Tensor:
+        """Adds the keys not seen yet; returns every key's position, written into
+        ``out`` when given (a contiguous 1-D int64 tensor of one value per key, e.g. a
+        row of the batch's final edge tensor: no array of positions to copy later)."""
         new = _as_keys(keys)
-        out = np.empty(new.shape[0], dtype=np.int64)
+        result = out
+        if out is None:
+            result = torch.from_numpy(np.empty(new.shape[0], dtype=np.int64))
+        elif not (isinstance(out, Tensor) and out.dtype == torch.int64 and out.dim() == 1
+                  and out.numel() == new.shape[0] and out.is_contiguous()
+                  and out.device.type == "cpu"):
+            raise ValueError(f"NodeIndex.insert: out must be a contiguous 1-D int64 CPU "
+                             f"tensor of {new.shape[0]} values, got "
+                             f"{tuple(out.shape) if isinstance(out, Tensor) else type(out)}"
+                             f" {getattr(out, 'dtype', '')}")
+        out = result.numpy()
         self._reserve(min(self._size + new.shape[0], self._limit))
         done = 0
         while True:
@@ -213,7 +225,7 @@ class NodeIndex:
                                  f"{int(new.max())}")
             self._size = size
             if done == new.shape[0]:
-                return torch.from_numpy(out)
+                return result
             self._alloc(2 * self._limit)
 
     def clear(self) -> None:

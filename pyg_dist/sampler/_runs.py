@@ -97,13 +97,16 @@ class Runs:
     col: Tensor
 
 
-def seed_runs(seeds: Sequence[Tensor], counts: Sequence[Tensor]) -> Runs:
+def seed_runs(seeds: Sequence[Tensor], counts: Sequence[Tensor],
+              col_out: Optional[Tensor] = None) -> Runs:
     """The merged order of pieces given as their destinations (``seeds``; distinct over
     all pieces) and edges per destination (``counts``), pieces in concatenation order.
+    ``col_out``: where :attr:`Runs.col` is written (a contiguous 1-D int64 tensor of one
+    value per edge, e.g. a row of the batch's final edge tensor); default: a new one.
 
     Raises:
-        ValueError: if a count is negative, or the pieces' seeds and counts differ in
-            number.
+        ValueError: if a count is negative, the pieces' seeds and counts differ in
+            number, or ``col_out`` does not hold one int64 value per edge.
     """
     seed = torch.cat(list(seeds)).long()
     count = torch.cat(list(counts)).long()
@@ -118,7 +121,14 @@ def seed_runs(seeds: Sequence[Tensor], counts: Sequence[Tensor]) -> Runs:
     if not placed:
         order = torch.argsort(seed, stable=True).numpy()
     total = int(per_run.sum())
-    col = torch.empty(max(total, 0), dtype=torch.long)
+    if col_out is None:
+        col = torch.empty(max(total, 0), dtype=torch.long)
+    elif (col_out.dtype != torch.long or col_out.dim() != 1 or
+          not col_out.is_contiguous() or col_out.numel() != total):
+        raise ValueError(f"col_out: {tuple(col_out.shape)} {col_out.dtype} for {total} "
+                         f"edges (a contiguous 1-D int64 tensor of one value per edge)")
+    else:
+        col = col_out
     starts, laid = _lay_out(keys, per_run, order, col.numpy())
     if laid != total:
         raise ValueError("a negative edge count")

@@ -27,6 +27,7 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import _routing as routing
 from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor_hop, _gather as row_copy
 from pyg_dist.sampler import _joint_hop as joint
+from pyg_dist.sampler._hop_state import repeat_into
 from pyg_dist.sampler._node_index import NodeIndex
 from pyg_dist.sampler._runs import seed_runs, take_runs
 
@@ -148,6 +149,7 @@ def _index_kernels() -> None:
     the merge of one hop's runs of edges."""
     index = NodeIndex(2)
     index.insert(torch.arange(40))
+    repeat_into(torch.tensor([3, 1]), torch.tensor([2, 0]))  # a hop's destination column
     index.lookup(torch.tensor([3, 100]))
     runs = seed_runs([torch.tensor([2, 0]), torch.tensor([1])], [torch.tensor([1, 0]),
                                                                torch.tensor([2])])
