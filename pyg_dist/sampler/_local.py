@@ -126,9 +126,9 @@ class LocalSampler:
             csc.indptr, csc.indices, local, fanout, replace, rng_seed, weights=weights,
             edge_time=edge_time, seed_time=seed_time, temporal_strategy=strategy,
             edge_values=self.ids.table("edge", edge_type) if original_eids else None,
-            values_out=values_out)
+            values_out=values_out, edge_offset=csc.edge_offset)
         self._check_sources(edge_type, hop.nbrs)
-        return hop._replace(pos=hop.pos + csc.edge_offset)
+        return hop
 
     def sample_labor(self, edge_type: EdgeType, seeds: Tensor, fanout: int, labor_seed: int,
                      weight_attr: Optional[str] = None, original_eids: bool = False,

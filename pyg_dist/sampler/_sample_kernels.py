@@ -146,12 +146,13 @@ def _rows_of(indptr, seeds, fanout, replace):
 
 
 @numba.njit(**_JIT)
-def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values, out):
+def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values, out, offset):
     """Uniform sampling as three tight passes (rows, positions, neighbours): within a
     pass the memory accesses are independent, so their cache misses overlap. A
     non-empty ``values`` (one per stored edge) is read at the drawn positions in the
     neighbours' pass (returned last; empty otherwise), into the front of ``out`` when it
-    is long enough (the caller's buffer: no copy later), else into a new array."""
+    is long enough (the caller's buffer: no copy later), else into a new array. The
+    positions come back plus ``offset`` (the edges' global ids: no pass of its own)."""
     start, deg, counts = _rows_of(indptr, seeds, fanout, replace)
     total = 0
     for i in range(counts.shape[0]):
@@ -187,9 +188,11 @@ def _uniform_sample(indptr, indices, seeds, fanout, replace, seed, values, out):
             prefetch(indices, pos[j + PREFETCH_AHEAD])
             if gather:
                 prefetch(values, pos[j + PREFETCH_AHEAD])
-        nbrs[j] = indices[pos[j]]
+        p = pos[j]
+        nbrs[j] = indices[p]
         if gather:
-            got[j] = values[pos[j]]
+            got[j] = values[p]
+        pos[j] = p + offset
     return counts, nbrs, pos, got
 
 
@@ -325,8 +328,9 @@ def _np(t: Tensor, dtype: type) -> np.ndarray:
 
 
 class SampledHop(NamedTuple):
-    """Neighbours drawn per seed, their global ids, the drawn edges' CSC positions
-    (grouped by seed, in seed order) and ``edge_values`` there (``None``: not asked)."""
+    """Neighbours drawn per seed, their global ids, the drawn edges' CSC positions plus
+    the call's ``edge_offset`` (grouped by seed, in seed order) and ``edge_values`` there
+    (``None``: not asked)."""
     counts: Tensor
     nbrs: Tensor
     pos: Tensor
@@ -338,7 +342,7 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
                    edge_time: Optional[Tensor] = None, seed_time: Optional[Tensor] = None,
                    temporal_strategy: str = "uniform",
                    edge_values: Optional[Tensor] = None,
-                   values_out: Optional[Tensor] = None) -> SampledHop:
+                   values_out: Optional[Tensor] = None, edge_offset: int = 0) -> SampledHop:
     """Samples in-neighbours of local destination rows ``seeds``.
 
     Args:
@@ -359,6 +363,8 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
         values_out (Tensor, optional): a contiguous 1-D int64 buffer: when uniform
             sampling draws at most its length, ``values`` is its front (a view: the
             caller's concatenation then copies nothing); otherwise it is ignored.
+        edge_offset (int): added to the drawn positions (``pos``): the partition's first
+            global edge id gives the edges' global ids.
 
     Returns:
         :class:`SampledHop`.
@@ -378,7 +384,7 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
             check_values_out(values_out)
             out = values_out.numpy()
         counts, nbrs, pos, got = _uniform_sample(ip, idx, sd, int(fanout), bool(replace), seed,
-                                                 values, out)
+                                                 values, out, int(edge_offset))
         return SampledHop(torch.from_numpy(counts), torch.from_numpy(nbrs), torch.from_numpy(pos),
                           torch.from_numpy(got) if edge_values is not None else None)
     use_time, use_weight = edge_time is not None, weights is not None
@@ -388,5 +394,5 @@ def sample_one_hop(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
     counts, pos = _filtered_fill(ip, sd, int(fanout), bool(replace), seed, times, st, w,
                                  use_time, use_weight, use_time and temporal_strategy == "last")
     pos_t = torch.from_numpy(pos)
-    return SampledHop(torch.from_numpy(counts), indices[pos_t], pos_t,
+    return SampledHop(torch.from_numpy(counts), indices[pos_t], pos_t + int(edge_offset),
                       edge_values[pos_t].long() if edge_values is not None else None)

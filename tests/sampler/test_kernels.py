@@ -283,3 +283,23 @@ def test_edge_values_are_read_at_the_drawn_positions():
     for bad in (values[:-1], values.to(torch.int16), values.view(-1, 1)):
         with pytest.raises(ValueError, match="edge_values must be a 1-D int64 or int32"):
             sample_one_hop(indptr, indices, seeds, 4, False, 9, edge_values=bad)
+
+
+def test_edge_offset_turns_positions_into_global_edge_ids():
+    """``edge_offset`` is added to every drawn position (in the uniform kernel's own
+    pass, after the weighted and temporal draws), the draw itself unchanged."""
+    indptr, indices = _csc(40, seed=3)
+    values = torch.arange(indices.numel()) * 3
+    seeds = torch.arange(40)
+    weights = torch.rand(indices.numel()) + 0.1
+    times = torch.randint(0, 50, (indices.numel(),))
+    for kwargs in (dict(), dict(edge_values=values), dict(weights=weights),
+                   dict(edge_time=times, seed_time=torch.full((40,), 25))):
+        for replace in (False, True):
+            plain = sample_one_hop(indptr, indices, seeds, 3, replace, 5, **kwargs)
+            moved = sample_one_hop(indptr, indices, seeds, 3, replace, 5, edge_offset=1000,
+                                   **kwargs)
+            assert plain.pos.numel() > 0 and torch.equal(moved.pos, plain.pos + 1000)
+            assert torch.equal(moved.nbrs, plain.nbrs) and torch.equal(moved.counts, plain.counts)
+            if "edge_values" in kwargs:
+                assert torch.equal(moved.values, values[plain.pos])
