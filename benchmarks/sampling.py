@@ -361,6 +361,7 @@ def run_dist(args: argparse.Namespace, cfg: BenchConfig) -> Dict[str, float]:
         if args.profile:
             print(outs[0]["profile"])
         res[f"dist_{parts}p_seeds_per_s"] = round(rates["seeds_per_s"])
+        res[f"dist_{parts}p_cpu_ms_per_batch"] = round(rates["cpu_ms_per_batch"], 2)
         res[f"dist_{parts}p_nodes_per_s"] = round(rates["nodes_per_s"])
         plain = _rates(outs, "_no_ids")
         res[f"dist_{parts}p_seeds_per_s_no_ids"] = round(plain["seeds_per_s"])
