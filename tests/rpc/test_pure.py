@@ -116,6 +116,7 @@ def test_fan_out_waits_for_every_reply_before_raising(caplog):
 
 
 def test_unknown_callee_names_the_registered_ones_and_their_modules():
+    import pyg_dist.embedding._shards  # noqa: F401  (registers embedding.read when imported)
     from pyg_dist.sampler._serving import CALLEE_MODULES
 
     with pytest.raises(KeyError, match="no pyg_dist RPC callee named 'no.such'") as err:
