@@ -190,20 +190,22 @@ def test_two_machines_continue_after_one_loses_its_rank(cora_ids, tmp_path):
     check_samples(data, root, out, None, jobs[0])
 
 
-# the orphan test's timeout and watchdog floor: they give up after max(2 * 10, 20) = 20 s
-# of silence, on a store silent for half of that (60 s and 30 s with the defaults)
-ORPHAN_ENV = {"PYG_DIST_RPC_TIMEOUT": "10", "PYG_DIST_WATCHDOG_MIN_ABORT": "20"}
-ORPHAN_ABORT_S = 20
+# the orphan test's timeout and watchdog floor: they give up after max(2 * 15, 30) = 30 s
+# of silence, on a store silent for half of that (60 s and 30 s with the defaults). The
+# timeout also bounds the sampler workers' joining (their fork servers start fresh
+# interpreters side by side): 15 s leaves room for one starting later under load.
+ORPHAN_ENV = {"PYG_DIST_RPC_TIMEOUT": "15", "PYG_DIST_WATCHDOG_MIN_ABORT": "30"}
+ORPHAN_ABORT_S = 30
 
 
 @pytest.mark.timeout(300)
 def test_orphaned_trainers_exit_within_the_bound_naming_the_lost_agent(cora_ids, tmp_path):
     """torchrun's agent SIGKILLed mid-training (one sampler worker per rank): the
     orphaned trainers and their workers are gone within the watchdog's bound of it
-    (twice the timeout, at least ``PYG_DIST_WATCHDOG_MIN_ABORT``: here 20 s, not the
-    default 60 s, so the test does not wait a minute), and say the store and its agent
-    were lost. Before, they took 190 s and blamed a worker that runs its code at import
-    time."""
+    (twice the timeout, at least ``PYG_DIST_WATCHDOG_MIN_ABORT``: here 30 s, not the
+    default 60 s, so they stop 15 s after the agent, not 30 s), and say the store and its
+    agent were lost. Before, they took 190 s and blamed a worker that runs its code at
+    import time."""
     _, root = cora_ids
     out, marker = tmp_path / "out", uuid.uuid4().hex
     out.mkdir()
