@@ -23,7 +23,9 @@ What the watchdog does with a silent peer:
 - after ``abort_after`` seconds it ends this process with exit code 1 and a
   message naming the rank (like NCCL's watchdog), so a collective left with a long
   timeout (torch's default is 30 minutes) cannot keep the job waiting.
-  ``PYG_DIST_WATCHDOG=warn`` keeps only the warnings.
+  ``abort_after`` is twice the job's timeout, at least 60 s
+  (``PYG_DIST_WATCHDOG_MIN_ABORT``: :meth:`WatchdogConfig.for_timeout` says what that
+  floor protects). ``PYG_DIST_WATCHDOG=warn`` keeps only the warnings.
 
 The store itself can go too: torchrun's agent hosts it, and an agent killed (or its
 machine lost) leaves its trainers orphaned: nothing can restart them or tell them a
@@ -91,11 +93,52 @@ class WatchdogConfig:
         return None if self.abort_after is None else self.abort_after / 2
 
     @classmethod
-    def for_timeout(cls, timeout: float) -> "WatchdogConfig":
+    def for_timeout(cls, timeout: float, min_abort: Optional[float] = None
+                    ) -> "WatchdogConfig":
+        """The timings for a job whose timeout is ``timeout`` seconds.
+
+        A peer silent for ``abort_after = max(2 * timeout, min_abort)`` seconds ends this
+        process (``None`` with ``PYG_DIST_WATCHDOG=warn``). The floor ``min_abort``
+        (default :data:`DEFAULT_MIN_ABORT_S`, 60 s; ``PYG_DIST_WATCHDOG_MIN_ABORT``
+        overrides it) keeps a short timeout from making that irreversible exit fire on
+        a rank that is alive but cannot heartbeat for a while: a long call holding the
+        GIL (numba compiling a kernel, unpickling a large message), a machine swapping,
+        a store slow to answer. A short timeout still bounds every wait and names the
+        silent rank (:func:`diagnose`); the exit is only the backstop for waits nothing
+        else bounds (a collective left with torch's 30-minute default), so a late one
+        costs little. Lower it only where no rank stalls that long.
+
+        Args:
+            timeout (float): the job's timeout (``DistContext.rpc_timeout``).
+            min_abort (float, optional): the floor of ``abort_after`` in seconds
+                (default: ``PYG_DIST_WATCHDOG_MIN_ABORT`` or 60).
+        """
         interval = min(max(timeout / 20, 0.25), 5.0)
+        floor = min_abort_from_env() if min_abort is None else min_abort
         abort = None if os.environ.get("PYG_DIST_WATCHDOG", "") == "warn" else \
-            max(2 * timeout, 60.0)
+            max(2 * timeout, floor)
         return cls(interval, max(timeout / 4, 5 * interval), abort, timeout + 2 * interval)
+
+
+#: the least silence (seconds) of a peer before a rank gives up on it, whatever the timeout
+DEFAULT_MIN_ABORT_S = 60.0
+MIN_ABORT_ENV = "PYG_DIST_WATCHDOG_MIN_ABORT"
+
+
+def min_abort_from_env() -> float:
+    """``PYG_DIST_WATCHDOG_MIN_ABORT`` (seconds, at least 0), or
+    :data:`DEFAULT_MIN_ABORT_S` when unset or empty."""
+    raw = os.environ.get(MIN_ABORT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MIN_ABORT_S
+    try:
+        value = float(raw)
+        if not 0 <= value < float("inf"):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{MIN_ABORT_ENV}={raw!r}: expected seconds, a finite number of at "
+                         f"least 0 (default {DEFAULT_MIN_ABORT_S:.0f})") from None
+    return value
 
 
 class Watchdog:

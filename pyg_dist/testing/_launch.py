@@ -33,7 +33,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 from pyg_dist.errors import PygDistError
 
@@ -175,7 +175,8 @@ def _leave_process_group() -> None:
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
               nodes: int = 1, extra_env: Optional[Dict[str, str]] = None,
-              may_die: Sequence[int] = (), start_method: str = "forkserver",
+              may_die: Sequence[int] = (),
+              start_method: Union[str, Sequence[str]] = "forkserver",
               rank_env: Optional[Dict[int, Dict[str, Optional[str]]]] = None) -> List[Any]:
     """Runs ``fn(*args)`` in ``world_size`` new processes; returns their results by rank.
 
@@ -189,7 +190,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
             set to ``None`` is removed from that rank's environment).
         may_die: ranks a test kills on purpose; their result is ``None``.
         start_method: ``"forkserver"`` (children forked from a process that imported
-            :data:`PRELOAD` once) or ``"spawn"`` (a fresh interpreter per child).
+            :data:`PRELOAD` once) or ``"spawn"`` (a fresh interpreter per child), or one
+            of them per rank (a list of ``world_size``: e.g. only the rank whose fresh
+            start a test is about is spawned).
 
     Raises:
         RanksFailed: naming each rank that raised (with its traceback), died with an
@@ -197,26 +200,31 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout: floa
     """
     import torch.distributed as dist
 
+    methods = [start_method] * world_size if isinstance(start_method, str) \
+        else list(start_method)
+    if len(methods) != world_size:
+        raise ValueError(f"start_method: one per rank ({world_size}), got {len(methods)}")
+    contexts = {method: process_context(method) for method in methods}
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
                           timeout=timedelta(seconds=timeout), wait_for_workers=False)
-    ctx = process_context(start_method)
-    results: "mp.Queue[_Outcome]" = ctx.Queue()
+    # one queue for every rank: the spawn and forkserver methods pickle it alike
+    results: "mp.Queue[_Outcome]" = contexts[methods[0]].Queue()
     procs = []
-    for rank in range(world_size):
+    for rank, method in enumerate(methods):
         env = {**os.environ, **torchrun_env(rank, world_size, port, nodes), **(extra_env or {}),
                **(rank_env or {}).get(rank, {})}
         env = {k: v for k, v in env.items() if v is not None}
-        proc = ctx.Process(target=_child, args=(fn, env, args, results, timeout, os.getcwd(),
-                                                 start_method == "forkserver"),
-                           name=f"rank{rank}", daemon=False)
+        proc = contexts[method].Process(target=_child, args=(fn, env, args, results, timeout,
+                                                             os.getcwd(), method == "forkserver"),
+                                        name=f"rank{rank}", daemon=False)
         with _environ(env):  # a spawned child reads it as it starts (numba's settings)
             proc.start()
         procs.append(proc)
     try:
         outcomes = _collect(procs, results, timeout, set(may_die))
-        _check_exits(procs, deadline=time.monotonic() + EXIT_GRACE_S[start_method],
-                     may_die=set(may_die))
+        grace = max(EXIT_GRACE_S[method] for method in contexts)
+        _check_exits(procs, deadline=time.monotonic() + grace, may_die=set(may_die))
     finally:
         for proc in procs:
             if proc.is_alive():

@@ -43,7 +43,9 @@ def _rank0(pids: List[int], group) -> Dict[str, str]:
             out["raw"] = "the all-reduce did not fail"
         except RuntimeError as exc:
             out["raw"] = f"{str(exc).splitlines()[0]} | {health.diagnose()}"
-        time.sleep(2 * TIMEOUT)  # the first stall is forgotten
+        # the first stall is forgotten: the watchdog recalls a silence for TIMEOUT plus
+        # two heartbeats (0.8 s) after it ended, and it ended 2 s before the timeout
+        time.sleep(TIMEOUT + 3)
         _stop_until(pids[1], TIMEOUT - 2, stopped)
         try:  # pyg_dist's own collective
             exchange(None, "waiting for every rank", 2)

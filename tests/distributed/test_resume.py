@@ -12,15 +12,14 @@ second's. Each seed is trained on exactly once per epoch, and the final test acc
 within 0.01 of the fault-free run's.
 
 The jobs fork their ranks from a warm fork server, as torchrun runs them (restart
-included: :func:`tests.support.scripts.run_script`); the in-process-sampling case of
-the killed rank runs under the real ``torchrun``.
+included: :func:`tests.support.scripts.run_script`). What the real ``torchrun`` does on a
+lost rank (its restart, a second incarnation forming RPC again and sampling exactly) is
+tested in test_elastic.py; what is tested here is the example's resume, which reads only
+the variables torchrun sets, as the forked ranks get them.
 """
 from __future__ import annotations
 
 import json
-import sys
-import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -30,10 +29,8 @@ import torch
 
 from pyg_dist import DistEmbedding, Partitioner, shutdown_rpc
 from pyg_dist.embedding import load_checkpoint
-from pyg_dist.testing import free_port
 from tests.support import instrument
-from test_training import (EMBEDDING_EXAMPLE, EXAMPLE, Job, assert_no_leftovers, run_job, start,
-                           wait)
+from test_training import EMBEDDING_EXAMPLE, EXAMPLE, Job, run_job
 
 INSTRUMENT = Path(instrument.__file__)
 pytestmark = pytest.mark.multiprocess  # every test here starts processes
@@ -54,25 +51,15 @@ def cora2_resume(cora, tmp_path_factory) -> Path:
 
 def run_restartable(parts: Path, out: Path, num_workers: int, fault: Sequence[str],
                     timeout: float = 150, script: Path = EXAMPLE,
-                    extra: Sequence[str] = ("--normalize-features",),
-                    real_torchrun: bool = False) -> Job:
+                    extra: Sequence[str] = ("--normalize-features",)) -> Job:
     """The example with one restart allowed, through the instrument wrapper: seeds
     logged into ``out``; ``fault``: the wrapper's fault options. Ranks are forked as
-    torchrun would run them (``run_job``), or ``real_torchrun`` starts the real one."""
+    torchrun would run them (``run_job``)."""
     out.mkdir()
     args = ["--seed-log", str(out), *fault, "--", str(script), "--partition-dir", str(parts),
             "--checkpoint-dir", str(out / "ckpt"), "--num-workers", str(num_workers), *ARGS,
             *extra]
-    if not real_torchrun:
-        job = run_job(args, 2, timeout, script=INSTRUMENT, max_restarts=1)
-        assert job.returncode == 0, job.describe()
-        return job
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
-           "--max-restarts=1", "--rdzv-backend=static", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(INSTRUMENT), *args]
-    marker = uuid.uuid4().hex
-    job = wait(start(cmd, marker), cmd, timeout, time.monotonic())
-    assert_no_leftovers(marker, job)
+    job = run_job(args, 2, timeout, script=INSTRUMENT, max_restarts=1)
     assert job.returncode == 0, job.describe()
     return job
 
@@ -128,8 +115,7 @@ def check_resumed(faulty: Job, out: Path, clean, resumed_from: int) -> None:
 def test_killed_rank_resumes_exactly_from_its_checkpoint(clean, cora2_resume, tmp_path,
                                                          num_workers):
     out = tmp_path / "faulty"
-    faulty = run_restartable(cora2_resume, out, num_workers, ["--kill-at", KILL_AT],
-                             real_torchrun=num_workers == 0)
+    faulty = run_restartable(cora2_resume, out, num_workers, ["--kill-at", KILL_AT])
     assert "test hook: SIGKILL at epoch 3 batch 3 (step 13)" in faulty.output, faulty.describe()
     assert "resumed exactly at epoch 3 batch 2 step 12" in faulty.output, faulty.describe()
     assert max_step(out, 1, inc=0) == 13  # one batch was trained, lost and redone

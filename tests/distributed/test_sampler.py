@@ -319,11 +319,13 @@ def test_a_cold_numba_cache_never_trips_a_timeout(hetero_parts, tmp_path, monkey
     call made the caller time out (seen under load with a 20 s timeout)."""
     _, roots = hetero_parts
     # rank 1 starts cold: an empty cache (read at numba's import, so in a fresh
-    # interpreter: the fork server imported numba before); rank 0, from the warm cache,
-    # samples partition 1's seeds first, so it waits on rank 1 wherever rank 1 compiles
-    # (rank 1 on itself likewise)
+    # interpreter: the fork server imported numba before); rank 0, forked from the warm
+    # server (its kernels loaded: only rank 1's fresh start is under test), samples
+    # partition 1's seeds first, so it waits on rank 1 wherever rank 1 compiles (rank 1
+    # on itself likewise)
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=200, start_method="spawn",
+    took = run_ranks(_cold_start_job, 2, str(roots[2]), timeout=200,
+                     start_method=["forkserver", "spawn"],
                      rank_env={1: {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}})
     assert any((tmp_path / "numba").rglob("*.nbi")), "numba did not use the empty cache"
     for rank_took in took:  # nothing left to compile: first calls are quick

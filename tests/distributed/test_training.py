@@ -315,7 +315,7 @@ def test_killed_rank_fails_the_job_naming_it(cora_parts, num_workers):
     assert '{"test_acc"' not in done.output, "a failed job printed results"
 
 
-STALL_TIMEOUT_S = 15
+STALL_TIMEOUT_S = 10
 
 
 def _stall_and_wait(job: LiveJob, ready: str) -> Tuple[Job, float]:

@@ -69,3 +69,29 @@ def test_store_lost_after_is_half_the_abort_bound():
     config = WatchdogConfig.for_timeout(20.0)
     assert config.abort_after == 60.0 and config.store_lost_after == 30.0
     assert WatchdogConfig(1.0, 5.0, None).store_lost_after is None
+
+
+def test_the_abort_floor_is_configurable_and_keeps_its_default(monkeypatch):
+    from pyg_dist.rpc._health import DEFAULT_MIN_ABORT_S, WatchdogConfig
+
+    monkeypatch.delenv("PYG_DIST_WATCHDOG", raising=False)
+    monkeypatch.delenv("PYG_DIST_WATCHDOG_MIN_ABORT", raising=False)
+    assert DEFAULT_MIN_ABORT_S == 60.0
+    assert WatchdogConfig.for_timeout(5.0).abort_after == 60.0  # the floor by default
+    assert WatchdogConfig.for_timeout(45.0).abort_after == 90.0  # twice the timeout above it
+    monkeypatch.setenv("PYG_DIST_WATCHDOG_MIN_ABORT", "12.5")
+    config = WatchdogConfig.for_timeout(5.0)
+    assert config.abort_after == 12.5 and config.store_lost_after == 6.25
+    assert WatchdogConfig.for_timeout(10.0).abort_after == 20.0  # never under 2 timeouts
+    assert WatchdogConfig.for_timeout(5.0, min_abort=0.0).abort_after == 10.0  # argument wins
+    monkeypatch.setenv("PYG_DIST_WATCHDOG", "warn")  # warn still never aborts
+    assert WatchdogConfig.for_timeout(5.0).abort_after is None
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "nan", "inf"])
+def test_a_bad_abort_floor_is_refused_naming_the_variable(monkeypatch, raw):
+    from pyg_dist.rpc._health import WatchdogConfig
+
+    monkeypatch.setenv("PYG_DIST_WATCHDOG_MIN_ABORT", raw)
+    with pytest.raises(ValueError, match=r"PYG_DIST_WATCHDOG_MIN_ABORT=.*expected seconds"):
+        WatchdogConfig.for_timeout(5.0)

@@ -65,3 +65,11 @@ def test_forked_ranks_fork_their_workers_from_the_same_server() -> None:
     for server, rank, worker_parent, code in run_ranks(_parents_of_rank_and_its_worker, 2,
                                                        timeout=30):
         assert worker_parent == server != rank and code == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_start_method_per_rank_must_name_every_rank() -> None:
+    with pytest.raises(ValueError, match=r"one per rank \(2\), got 1"):
+        run_ranks(_warm_up_seconds, 2, start_method=["spawn"])
+    with pytest.raises(ValueError, match="must be 'forkserver' or 'spawn'"):
+        run_ranks(_warm_up_seconds, 2, start_method=["forkserver", "fork"])
