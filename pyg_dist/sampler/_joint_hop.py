@@ -96,21 +96,10 @@ def _rows(arrays, offsets, slot_of, seeds, fanout, replace, per_slot):
 
 
 @numba.njit(**_JIT)
-def _joint_uniform(arrays, offsets, slot_of, seeds, fanout, replace, streams, gather, out):
-    """Uniform draws for ``seeds`` (global ids, any owner read here: ``slot_of[p]`` is
-    partition ``p``'s slot, ``-1`` if not read here; ``arrays``: per slot, see
-    :class:`JointTables`). Each slot's seeds consume ``streams[slot]`` in order, as
-    :func:`~pyg_dist.sampler._sample_kernels._uniform_sample` would on that slot's seeds
-    alone. Returns counts, neighbours, global edge ids, the edges' values (with
-    ``gather``; into the front of ``out`` when it is long enough), the lowest and
-    highest neighbour and value, each slot's number of seeds and the status of
-    :func:`_rows`."""
-    per_slot = np.zeros(streams.shape[0], dtype=np.int64)
-    slot, start, deg, counts, status = _rows(arrays, offsets, slot_of, seeds, fanout, replace,
-                                             per_slot)
-    if status < 0:
-        empty = np.empty(0, dtype=np.int64)
-        return counts, empty, empty, empty, np.zeros(4, np.int64), per_slot, status
+def _positions(slot, start, deg, counts, fanout, replace, streams):
+    """The drawn CSC positions of every seed's edges, seeds in order, each slot's seeds
+    on ``streams[slot]`` (as :func:`~pyg_dist.sampler._sample_kernels._uniform_sample`
+    draws them); ``start[i]`` becomes where seed ``i``'s edges start in them."""
     total = 0
     for i in range(counts.shape[0]):
         total += counts[i]
@@ -118,7 +107,7 @@ def _joint_uniform(arrays, offsets, slot_of, seeds, fanout, replace, streams, ga
     st = streams.copy()
     scratch = np.empty(0, dtype=np.int64)
     at = 0
-    for i in range(seeds.shape[0]):
+    for i in range(slot.shape[0]):
         s, a, d, k = slot[i], start[i], deg[i], counts[i]
         start[i] = at  # from here on: where the seed's edges start in the output
         if k == d and not (replace and fanout >= 0):
@@ -137,6 +126,27 @@ def _joint_uniform(arrays, offsets, slot_of, seeds, fanout, replace, streams, ga
                 scratch = np.empty(d, dtype=np.int64)
             st[s] = _fisher_yates(st[s], d, k, scratch, pos, at, a)
         at += k
+    return pos
+
+
+@numba.njit(**_JIT)
+def _joint_uniform(arrays, offsets, slot_of, seeds, fanout, replace, streams, gather, out):
+    """Uniform draws for ``seeds`` (global ids, any owner read here: ``slot_of[p]`` is
+    partition ``p``'s slot, ``-1`` if not read here; ``arrays``: per slot, see
+    :class:`JointTables`). Each slot's seeds consume ``streams[slot]`` in order, as
+    :func:`~pyg_dist.sampler._sample_kernels._uniform_sample` would on that slot's seeds
+    alone. Returns counts, neighbours, global edge ids, the edges' values (with
+    ``gather``; into the front of ``out`` when it is long enough), the lowest and
+    highest neighbour and value, each slot's number of seeds and the status of
+    :func:`_rows`."""
+    per_slot = np.zeros(streams.shape[0], dtype=np.int64)
+    slot, start, deg, counts, status = _rows(arrays, offsets, slot_of, seeds, fanout, replace,
+                                             per_slot)
+    if status < 0:
+        empty = np.empty(0, dtype=np.int64)
+        return counts, empty, empty, empty, np.zeros(4, np.int64), per_slot, status
+    pos = _positions(slot, start, deg, counts, fanout, replace, streams)
+    total = pos.shape[0]
     nbrs = np.empty(total, dtype=np.int64)
     eids = np.empty(total, dtype=np.int64)
     got = out[:total] if gather and out.shape[0] >= total else \

@@ -27,7 +27,7 @@ from pyg_dist.format._meta import PartitionMeta
 from pyg_dist.rpc import _routing as routing
 from pyg_dist.sampler import _sample_kernels as kernels, _labor as labor_hop, _gather as row_copy
 from pyg_dist.sampler import _joint_hop as joint
-from pyg_dist.sampler._hop_state import repeat_into
+from pyg_dist.sampler._edge_columns import repeat_into
 from pyg_dist.sampler._node_index import NodeIndex
 from pyg_dist.sampler._runs import seed_runs, take_runs
 
