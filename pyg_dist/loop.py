@@ -270,7 +270,8 @@ def result_line(results: Dict[str, Any], digits: int = 4) -> str:
 def finish(ctx: DistContext, loaders: Iterable[Any] = (),
            results: Optional[Dict[str, Any]] = None) -> None:
     """Ends the job: closes ``loaders``, leaves RPC and the process group, and prints
-    ``results`` as ONE JSON line on rank 0 (:func:`result_line`), last.
+    ``results`` as ONE JSON line on rank 0 (:func:`result_line`), last: after every
+    rank has left RPC.
 
     Free ``DistributedDataParallel`` wrappers before (``del ddp``): a DDP reducer that
     outlives its process group can deadlock with gloo's threads when it is freed.
@@ -279,6 +280,10 @@ def finish(ctx: DistContext, loaders: Iterable[Any] = (),
         loader.close()
     shutdown_rpc()
     if dist.is_initialized():
+        # every rank has left RPC before rank 0 prints: what a peer logs while it shuts
+        # down (TensorPipe's benign "pipe closed" when the leader hangs up first) comes
+        # before the result line, never after it
+        dist.barrier()
         dist.destroy_process_group()
     if results is not None and ctx.rank == 0:
         # one write: other ranks may share this pipe
