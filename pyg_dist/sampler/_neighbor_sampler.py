@@ -38,7 +38,7 @@ from pyg_dist.sampler._pyg_driving import PygDriving
 from pyg_dist.sampler._stores import options_meta_of, unpack_stores
 from pyg_dist.sampler._node_index import NodeIndexPool
 from pyg_dist.sampler._repeats import first_occurrences, restore_repeats
-from pyg_dist.sampler._types import (HopRequest, HopResponse, LinkSeeds,
+from pyg_dist.sampler._types import (HopRequest, HopResponse,
                                     NodeSeeds, NumNeighbors, SampledBatch, SampledSubgraph,
                                     SamplingConfig)
 from pyg_dist.sampler._warmup import warm_up_for
@@ -375,7 +375,7 @@ class DistNeighborSampler(PygDriving, BaseSampler):
     def to_pyg(self, batch: SampledBatch) -> Output:
         """PyG's ``SamplerOutput`` (homogeneous) or ``HeteroSamplerOutput``, with PyG's
         positional ``metadata`` made from the typed seed record."""
-        sub, metadata = batch.subgraph, pyg_metadata(batch.seeds)
+        sub, metadata = batch.subgraph, batch.seeds.pyg_metadata
         if not self.is_hetero:
             return SamplerOutput(
                 node=sub.node[HOMO_NODE], row=sub.row[HOMO_EDGE], col=sub.col[HOMO_EDGE],
@@ -388,16 +388,6 @@ class DistNeighborSampler(PygDriving, BaseSampler):
             edge={t: sub.edge.get(t) for t in sub.row}, batch=sub.batch,
             num_sampled_nodes=sub.num_sampled_nodes or None,
             num_sampled_edges=sub.num_sampled_edges or None, metadata=metadata)
-
-
-def pyg_metadata(seeds: Union[NodeSeeds, LinkSeeds]) -> tuple:
-    """PyG's positional ``metadata`` of a sampler output, from a typed seed record."""
-    if isinstance(seeds, NodeSeeds):
-        return (seeds.input_id, seeds.seed_time)
-    if seeds.is_triplet:
-        return (seeds.input_id, seeds.src_index, seeds.dst_pos_index, seeds.dst_neg_index,
-                seeds.src_time)
-    return (seeds.input_id, seeds.edge_label_index, seeds.edge_label, seeds.edge_label_time)
 
 
 def _at(values: Optional[Tensor], pos: Tensor, whole: bool) -> Optional[Tensor]:

@@ -27,7 +27,7 @@ reproducible for a given ``rng_seed`` whatever thread runs the kernel.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional
 
 import numba
 import numpy as np

@@ -237,6 +237,11 @@ class NodeSeeds:
     seed_time: Optional[Tensor] = None
     repeated: bool = False
 
+    @property
+    def pyg_metadata(self) -> tuple:
+        """PyG's positional ``metadata`` of a sampler output for these seeds."""
+        return (self.input_id, self.seed_time)
+
 
 @dataclass
 class LinkSeeds:
@@ -266,6 +271,14 @@ class LinkSeeds:
     @property
     def is_triplet(self) -> bool:
         return self.src_index is not None
+
+    @property
+    def pyg_metadata(self) -> tuple:
+        """PyG's positional ``metadata`` of a sampler output for these seeds."""
+        if self.is_triplet:
+            return (self.input_id, self.src_index, self.dst_pos_index, self.dst_neg_index,
+                    self.src_time)
+        return (self.input_id, self.edge_label_index, self.edge_label, self.edge_label_time)
 
 
 @dataclass

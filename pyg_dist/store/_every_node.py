@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, Tuple
 import torch
 from torch import Tensor
 
-from pyg_dist.store._original_ids import check_ids
+from pyg_dist.format import _partition_io as io, _validate as validate
+from pyg_dist.store._original_ids import check_ids, take_rows
 from pyg_dist._typing import NodeType
 
 #: node attributes held for every node (PyG's partitioner's name for node time)
@@ -35,15 +36,13 @@ def is_every_node(group: Any, attr_name: str) -> bool:
     return not isinstance(group, tuple) and attr_name in EVERY_NODE_ATTRS
 
 
-def assemble(store: Any, node_type: NodeType, attr_name: str,
-             open_part: Callable[[Path, int], Dict[NodeType, Dict[str, Tensor]]]) -> Tensor:
+def assemble(store: Any, node_type: NodeType, attr_name: str) -> Tensor:
     """Every node's rows of an attribute, in original id order, from every partition.
 
     Args:
         store: a :class:`~pyg_dist.store.LocalFeatureStore` opened from a folder.
         node_type (str): the node type.
         attr_name (str): the attribute.
-        open_part (Callable): ``(folder, partition) -> node attributes`` (checked).
 
     Raises:
         ValueError: the partition folder is not readable here, or a partition lacks
@@ -58,13 +57,20 @@ def assemble(store: Any, node_type: NodeType, attr_name: str,
     out = own.new_empty((store.meta.num_nodes[node_type], *own.shape[1:]))
     for part in range(store.meta.num_parts):
         rows = own if part == store.part else \
-            open_part(Path(root) / f"part_{part}", part).get(node_type, {}).get(attr_name)
+            _node_feats(store, Path(root) / f"part_{part}", part).get(node_type, {}).get(attr_name)
         if rows is None:
             raise ValueError(f"partition {part} of {root} has no node attribute "
                              f"'{attr_name}' of node type '{node_type}'")
         ids = store.id_tables.owned("node", node_type, part).ids.long()
         out[ids] = rows.to(out.dtype)
     return out
+
+
+def _node_feats(store: Any, folder: Path, part: int) -> Dict[NodeType, Dict[str, Tensor]]:
+    """Partition ``part``'s node attributes (mapped, checked against the store's META)."""
+    path = folder / io.NODE_FEATS_FILE
+    return validate.check_node_feats(io.load_pt(path, "node feature file", mmap=True),
+                                     store.meta, part, path)
 
 
 def rows_of(store: Any, whole: Callable[[], Tensor], group: NodeType, attr_name: str,
@@ -78,8 +84,6 @@ def rows_of(store: Any, whole: Callable[[], Tensor], group: NodeType, attr_name:
         from_all = whole()
         ids = torch.arange(from_all.size(0))[index] if isinstance(index, slice) else \
             check_ids(index, from_all.size(0), "index", f"node type '{group}'")
-        return from_all.index_select(0, ids.reshape(-1)).reshape(*ids.shape,
-                                                                 *from_all.shape[1:])
-    tensor = store.tensor(group, attr_name)
-    return tensor.index_select(0, rows.reshape(-1)).reshape(*rows.shape, *tensor.shape[1:])
+        return take_rows(from_all, ids)
+    return take_rows(store.tensor(group, attr_name), rows)
 

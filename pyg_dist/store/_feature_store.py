@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
@@ -15,28 +14,14 @@ from pyg_dist.format._book import RangeBook
 from pyg_dist.format._part_manifest import check_files
 from pyg_dist.format._meta import PartitionMeta
 from pyg_dist._madvise import MADV_DONTNEED, advise
-from pyg_dist.store._original_ids import OwnedIds, PartitionIds
+from pyg_dist.store._original_ids import OwnedIds, PartitionIds, take_rows
 from pyg_dist.store._every_node import assemble, is_every_node, rows_of
 from pyg_dist.store._from_tensors import MemoryFeatures, feature_group
-from pyg_dist.store._pyg_features import PygFeatureApi, tensor_attrs
+from pyg_dist.store._pyg_features import PygFeatureApi, StoreAttr, tensor_attrs
 from pyg_dist.store._source import FileId, PartitionSource, advise_rows
 from pyg_dist._typing import EdgeType, NodeType, edge_key
 
 Group = Union[NodeType, EdgeType]
-
-
-_UNSET = TensorAttr.__dataclass_fields__["group_name"].default  # PyG's "not given"
-
-
-@dataclass
-class StoreAttr(TensorAttr):
-    """A :class:`TensorAttr` whose ``index`` defaults to ``None`` (every owned row), so
-    ``put_tensor(x, group_name=..., attr_name=...)`` works as in
-    ``torch_geometric.distributed``."""
-
-    def __init__(self, group_name: Any = _UNSET, attr_name: Any = _UNSET,
-                 index: Any = None) -> None:
-        super().__init__(group_name, attr_name, index)
 
 
 class LocalFeatureStore(PygFeatureApi, FeatureStore):
@@ -327,9 +312,8 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
                 rows_of(self, whole, group, attr.attr_name, attr.index)
         if attr.index is None:
             return self._tensors[group][attr.attr_name]
-        rows = self._original_rows(group, attr.index)
-        return self._tensors[group][attr.attr_name].index_select(0, rows.reshape(-1)) \
-            .reshape(*rows.shape, *self._tensors[group][attr.attr_name].shape[1:])
+        return take_rows(self._tensors[group][attr.attr_name],
+                         self._original_rows(group, attr.index))
 
     def every_node_rows(self, node_type: NodeType, attr_name: str) -> Tensor:
         """Every node's rows of a node attribute PyG keeps for every node (``time``), in
@@ -337,13 +321,8 @@ class LocalFeatureStore(PygFeatureApi, FeatureStore):
         (:mod:`pyg_dist.store._every_node`)."""
         key = (node_type, attr_name)
         if key not in self.every_node:
-            self.every_node[key] = assemble(self, node_type, attr_name, self._node_rows_of)
+            self.every_node[key] = assemble(self, node_type, attr_name)
         return self.every_node[key]
-
-    def _node_rows_of(self, folder: Path, part: int) -> Dict[NodeType, Dict[str, Tensor]]:
-        path = folder / io.NODE_FEATS_FILE
-        return validate.check_node_feats(io.load_pt(path, "node feature file", mmap=True),
-                                         self.meta, part, path)
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._check_writable(attr)

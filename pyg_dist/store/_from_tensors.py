@@ -21,7 +21,7 @@ from torch_geometric.data import EdgeAttr
 from torch_geometric.data.graph_store import EdgeLayout
 from torch_geometric.typing import EdgeTensorType
 
-from pyg_dist.store._original_ids import OwnedIds, check_ids
+from pyg_dist.store._original_ids import OwnedIds, check_ids, take_rows
 from pyg_dist._typing import HOMO_EDGE, HOMO_NODE, PYG_HOMO_EDGE, is_homo_alias, parse_edge_key
 
 Key = Tuple[Hashable, str]
@@ -115,8 +115,7 @@ class MemoryFeatures:
         tensor = self.tensors.get((group, attr_name))
         if tensor is None or index is None:
             return tensor
-        rows = self.rows(group, attr_name, index)
-        return tensor.index_select(0, rows.reshape(-1)).reshape(*rows.shape, *tensor.shape[1:])
+        return take_rows(tensor, self.rows(group, attr_name, index))
 
     def remove(self, group: Hashable, attr_name: str) -> bool:
         self.whole.discard((group, attr_name))

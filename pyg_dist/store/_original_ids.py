@@ -84,6 +84,11 @@ def check_ids(ids: Any, total: int, argument: str, what: str = "") -> Tensor:
     return ids
 
 
+def take_rows(tensor: Tensor, rows: Tensor) -> Tensor:
+    """``tensor[rows]`` for ``rows`` of any shape (one row per entry)."""
+    return tensor.index_select(0, rows.reshape(-1)).reshape(*rows.shape, *tensor.shape[1:])
+
+
 class OwnedIds:
     """The original ids of the rows one partition owns, for one node or edge type.
 

@@ -8,6 +8,7 @@ is the explicit name, and rows of a partition are ``index=store.get_global_id(gr
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -23,6 +24,20 @@ Group = Union[NodeType, EdgeType]
 #: the attributes PyG's partitioner stored, in the order its stores report them
 PYG_NODE_ORDER = ("x", "time")
 PYG_EDGE_ORDER = ("edge_attr", "edge_time")
+
+
+_UNSET = TensorAttr.__dataclass_fields__["group_name"].default  # PyG's "not given"
+
+
+@dataclass
+class StoreAttr(TensorAttr):
+    """A :class:`TensorAttr` whose ``index`` defaults to ``None`` (every owned row), so
+    ``put_tensor(x, group_name=..., attr_name=...)`` works as in
+    ``torch_geometric.distributed``."""
+
+    def __init__(self, group_name: Any = _UNSET, attr_name: Any = _UNSET,
+                 index: Any = None) -> None:
+        super().__init__(group_name, attr_name, index)
 
 
 class PygFeatureApi(PartitionAttributes):
