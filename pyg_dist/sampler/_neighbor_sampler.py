@@ -22,7 +22,7 @@ from pyg_dist.rpc import _runtime as runtime
 from pyg_dist.rpc._context import DistContext, check_context
 from pyg_dist.rpc._routing import group_by_owner, split_by_owner
 from pyg_dist.sampler._bidirectional import bidirectional
-from pyg_dist.sampler._cache.feature_cache import Budget
+from pyg_dist.sampler._cache.feature_cache import Budget, check_budget
 from pyg_dist.sampler._compat import accept_pyg_sampler_options, pyg_order
 from pyg_dist.sampler._induced import induce
 from pyg_dist.sampler import _direct as direct, _hop_round as hop_round, _labor as labor, _timing as timing
@@ -114,6 +114,7 @@ class DistNeighborSampler(PygDriving, BaseSampler):
                  layer_dependency: bool = False, **pyg_options: Any) -> None:
         data, num_neighbors, current_ctx = pyg_order(data, num_neighbors, current_ctx)
         accept_pyg_sampler_options(pyg_options)
+        check_budget(feature_cache)  # now, not when RPC is joined on first use
         features, graph = unpack_stores(data, in_memory=True)
         keep_freed_memory()  # each batch's arrays reuse the last one's pages
         self.features, self.graph, self.meta = features, graph, graph.meta
