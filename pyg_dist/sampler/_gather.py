@@ -22,6 +22,11 @@ Rows = Union[Tensor, Tuple[int, int]]  # output rows: positions, or a range [sta
 _NO_ROWS = torch.empty(0, dtype=torch.long)
 _WIDENS = ((torch.int32, torch.int64),)  # (source, output) dtypes of 1-D copies that widen
 _JIT = dict(cache=True, nogil=True)
+#: rows at least this wide go into a range of the output through ``torch.index_select``
+#: (a vectorised copy per row): measured against :func:`_copy_rows` on random rows, it
+#: is as fast on 200k rows of 400 B and 0.81-0.97 of the time on rows of 64-1024 B of a
+#: 2.4M-row table, on an Intel VM; in the loader, 0.93 (200k) and 0.96 (2.4M) of a batch
+_WIDE_ROW_BYTES = 64
 
 
 @numba.njit(**_JIT)
@@ -83,6 +88,11 @@ def place(out: Tensor, out_rows: Rows, src: Tensor, src_rows: Optional[Tensor],
             return
         src_rows = torch.arange(src.size(0))
     if src_rows.numel() == 0:
+        return
+    if isinstance(out_rows, tuple) and src.dtype == out.dtype and \
+            src.shape[1:].numel() * src.element_size() >= _WIDE_ROW_BYTES:
+        # wide rows into a range: torch's row copy (a memcpy per row) beats the loop
+        torch.index_select(src, 0, src_rows, out=out.narrow(0, out_rows[0], src_rows.numel()))
         return
     start, dst_rows = (out_rows[0], _NO_ROWS) if isinstance(out_rows, tuple) else (0, out_rows)
     (src_words, width), (out_words, _) = _words(src.contiguous()), _words(out)

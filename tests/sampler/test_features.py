@@ -183,10 +183,11 @@ def test_place_trusts_rows_checked_once_only_within_the_bound_checked():
 
 
 @pytest.mark.parametrize("src", [torch.arange(100, 160), torch.arange(60, dtype=torch.int32),
-                                 torch.rand(60, 1), torch.rand(60, 5), torch.rand(60, 33)])
+                                 torch.rand(60, 1), torch.rand(60, 5), torch.rand(60, 33),
+                                 torch.rand(60, 40)[:, ::2], torch.rand(60, 64).bfloat16()])
 def test_place_copies_rows_of_every_width_exactly(src):
-    """One-word rows (ids, labels) take their own loop: gathers and scatters equal
-    indexing, like wider rows."""
+    """One-word rows (ids, labels) take their own loop, rows of 64 bytes and more into
+    a range torch's (from a strided source too): gathers and scatters equal indexing."""
     g = torch.Generator().manual_seed(0)
     rows = torch.randint(0, 60, (200,), generator=g)
     out = torch.full((210, *src.shape[1:]), -1).to(src.dtype)
