@@ -12,9 +12,13 @@ The same batches are run three ways in one process (per rank):
    reused buffer.
 
 ``bound = kernel + gather`` is what a batch costs if nothing but drawing edges and
-copying rows took time. Each round runs the loader pass, then the kernel and gather
-passes, over the same batches (the loader's epoch is fixed, so every round draws the
-same batches); rounds repeat to even out a noisy machine. Also measured: what the
+copying rows took time. 2 and 3 run batch by batch (one batch's kernel, then its
+gather, then the next batch's), as the loader runs them, so each meets the caches the
+other left; they are also run each in a loop of its own (``*_alone``), where each keeps
+its own data hot: on a machine whose cache holds much of the feature table that bound
+is one no loader reaches. Each round runs the loader pass, then both bound passes, over
+the same batches (the loader's epoch is fixed, so every round draws the same batches);
+rounds repeat to even out a noisy machine. Also measured: what the
 stage timing itself costs (the same batches sampled and fetched with and without a
 record, interleaved in alternating order).
 
@@ -40,7 +44,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -106,43 +110,57 @@ def _owners(sampler, ids: torch.Tensor):
     return out
 
 
-def kernel_pass(sampler, passes: Dict[str, list], fanout: List[int]) -> List[float]:
-    """Milliseconds of the sampling kernel alone per batch, over the batch's frontiers."""
+def _kernel(sampler, work, fanout: List[int], edge_type) -> float:
+    """Milliseconds of the sampling kernel alone over one batch's frontiers."""
     from pyg_dist.sampler._sample_kernels import sample_one_hop
 
-    edge_type = sampler.meta.edge_types[0]
-    laps = []
-    for nodes, hops in zip(passes["nodes"], passes["hops"]):
-        ends = np.cumsum([0] + hops)
-        work = [(h, _owners(sampler, nodes[ends[h]:ends[h + 1]])) for h in range(len(fanout))]
-        start = time.perf_counter()
-        for h, owners in work:
-            for rows, owner in owners:
-                csc = owner.graph.csc_by_type[edge_type]
-                sample_one_hop(csc.indptr, csc.indices, rows, fanout[h], False, h,
-                               edge_values=owner.ids.table("edge", edge_type))
-        laps.append(1e3 * (time.perf_counter() - start))
-    return laps
+    start = time.perf_counter()
+    for h, owners in work:
+        for rows, owner in owners:
+            csc = owner.graph.csc_by_type[edge_type]
+            sample_one_hop(csc.indptr, csc.indices, rows, fanout[h], False, h,
+                           edge_values=owner.ids.table("edge", edge_type))
+    return 1e3 * (time.perf_counter() - start)
 
 
-def gather_pass(sampler, passes: Dict[str, list]) -> List[float]:
-    """Milliseconds of ``index_select(..., out=)`` of every batch's feature rows into one
-    reused buffer."""
-    node_type = sampler.meta.node_types[0]
+def _gather(owners, buf: torch.Tensor) -> float:
+    """Milliseconds of ``index_select(..., out=)`` of one batch's rows into ``buf``."""
+    start = time.perf_counter()
+    at = 0
+    for rows, x in owners:
+        torch.index_select(x, 0, rows, out=buf[at:at + rows.numel()])
+        at += rows.numel()
+    return 1e3 * (time.perf_counter() - start)
+
+
+def bound_pass(sampler, passes: Dict[str, list], fanout: List[int],
+               interleaved: bool = True) -> Tuple[List[float], List[float]]:
+    """Per batch, milliseconds of the sampling kernel alone over the frontiers the
+    loader's batch had at each hop, and of ``index_select(..., out=)`` of its feature
+    rows into one reused buffer.
+
+    ``interleaved``: each batch's kernel, then its gather, then the next batch's, as the
+    loader runs them, so each finds in the caches what the other left (the loader's
+    conditions). Otherwise every kernel, then every gather: each loop keeps its own data
+    hot, which a cache larger than the feature table turns into a bound no loader can
+    reach (measured: the 80 MB table's gather 12 ms that way, 15-18 ms after a sweep
+    of other memory, on a VM reporting 480 MiB of L3)."""
+    node_type, edge_type = sampler.meta.node_types[0], sampler.meta.edge_types[0]
     width = sampler.features.tensor(node_type, "x").size(1)
     most = max(n.numel() for n in passes["nodes"])
     buf = torch.empty(most, width, dtype=torch.float32)
     buf.zero_()  # faulted in once, as a reused buffer is
-    laps = []
-    for nodes in passes["nodes"]:
-        owners = [(rows, owner.column(node_type, "x")) for rows, owner in _owners(sampler, nodes)]
-        start = time.perf_counter()
-        at = 0
-        for rows, x in owners:
-            torch.index_select(x, 0, rows, out=buf[at:at + rows.numel()])
-            at += rows.numel()
-        laps.append(1e3 * (time.perf_counter() - start))
-    return laps
+    batches = []
+    for nodes, hops in zip(passes["nodes"], passes["hops"]):
+        ends = np.cumsum([0] + hops)
+        work = [(h, _owners(sampler, nodes[ends[h]:ends[h + 1]])) for h in range(len(fanout))]
+        rows = [(r, owner.column(node_type, "x")) for r, owner in _owners(sampler, nodes)]
+        batches.append((work, rows))
+    if interleaved:
+        laps = [(_kernel(sampler, w, fanout, edge_type), _gather(r, buf)) for w, r in batches]
+        return [k for k, _ in laps], [g for _, g in laps]
+    kernel = [_kernel(sampler, w, fanout, edge_type) for w, _ in batches]
+    return kernel, [_gather(r, buf) for _, r in batches]
 
 
 def stats_cost(sampler, passes: Dict[str, list], batch_size: int) -> Dict[str, float]:
@@ -197,15 +215,18 @@ def breakdown_job(root: str, cfg: bench.BenchConfig, rounds: int) -> dict:
     ctx, loader = _loader(root, cfg)
     sampler, count = loader.sampler, cfg.warmup + cfg.batches
     try:
-        out: Dict[str, list] = {"stats": [], "kernel": [], "gather": [], "seconds": []}
+        out: Dict[str, list] = {"stats": [], "kernel": [], "gather": [], "seconds": [],
+                                "kernel_alone": [], "gather_alone": []}
         for _ in range(rounds):
             bench._barrier(ctx)
             passes = loader_pass(loader, count)
             bench._barrier(ctx)
             out["stats"] += passes["stats"][cfg.warmup:]
             out["seconds"].append(passes["seconds"] * cfg.batches / count)
-            out["kernel"] += kernel_pass(sampler, passes, cfg.fanout)[cfg.warmup:]
-            out["gather"] += gather_pass(sampler, passes)[cfg.warmup:]
+            for key, interleaved in (("", True), ("_alone", False)):
+                kernel, gather = bound_pass(sampler, passes, cfg.fanout, interleaved)
+                out[f"kernel{key}"] += kernel[cfg.warmup:]
+                out[f"gather{key}"] += gather[cfg.warmup:]
         bench._barrier(ctx)
         out["cost"] = stats_cost(sampler, passes, cfg.batch_size)
         bench._barrier(ctx)
@@ -224,6 +245,7 @@ def summarize(outs: List[dict], cfg: bench.BenchConfig) -> Dict[str, object]:
     kernel = [k for o in outs for k in o["kernel"]]
     gather = [g for o in outs for g in o["gather"]]
     bound = [k + g for k, g in zip(kernel, gather)]
+    alone = [k + g for o in outs for k, g in zip(o["kernel_alone"], o["gather_alone"])]
     seeds = sum(s["seeds"] for s in stats)
     seconds = max(sum(o["seconds"]) for o in outs)
     res: Dict[str, object] = {
@@ -234,6 +256,11 @@ def summarize(outs: List[dict], cfg: bench.BenchConfig) -> Dict[str, object]:
         "gather_ms_median": round(statistics.median(gather), 2),
         "bound_ms_median": round(statistics.median(bound), 2),
         "bound_ms_mean": round(statistics.mean(bound), 2),
+        "kernel_alone_ms_median": round(statistics.median(
+            k for o in outs for k in o["kernel_alone"]), 2),
+        "gather_alone_ms_median": round(statistics.median(
+            g for o in outs for g in o["gather_alone"]), 2),
+        "bound_alone_ms_median": round(statistics.median(alone), 2),
         "seeds_per_s": round(seeds / seconds),
         "rows_per_batch": round(sum(sum(r["rows"] for r in s["rows"].values())
                                     for s in stats) / len(stats)),
@@ -243,6 +270,8 @@ def summarize(outs: List[dict], cfg: bench.BenchConfig) -> Dict[str, object]:
         "clock_reads_per_batch": outs[0]["cost"]["reads_per_batch"],
         "stats_cost_pct_estimate": round(max(o["cost"]["estimate_pct"] for o in outs), 4)}
     res["batch_over_bound"] = round(res["batch_ms_median"] / res["bound_ms_median"], 3)
+    res["batch_over_bound_alone"] = round(
+        res["batch_ms_median"] / res["bound_alone_ms_median"], 3)
     mean = res["stages_ms_mean"]
     res["other_ms_mean"] = round(res["batch_ms_mean"] - sum(mean[s] for s in STAGES), 2)
     return res
@@ -305,7 +334,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             r = res[f"{graph}_{parts}p"] = summarize(outs, cfg)
             print(f"{graph}, {parts} partition(s): batch {r['batch_ms_median']} ms (median), "
                   f"bound {r['bound_ms_median']} ms (kernel {r['kernel_ms_median']} + gather "
-                  f"{r['gather_ms_median']}): {r['batch_over_bound']}x; {r['seeds_per_s']} "
+                  f"{r['gather_ms_median']}): {r['batch_over_bound']}x (each alone: "
+                  f"{r['bound_alone_ms_median']} ms, {r['batch_over_bound_alone']}x); "
+                  f"{r['seeds_per_s']} "
                   f"seeds/s; stage means {r['stages_ms_mean']}, other {r['other_ms_mean']}; "
                   f"stage timing costs {r['stats_cost_pct_median']}% per batch (median of "
                   f"interleaved pairs), {r['stats_cost_pct_estimate']}% by its "
