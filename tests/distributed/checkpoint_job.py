@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from pyg_dist import (DistContext, DistEmbedding, DistNeighborLoader, LocalFeatureStore,
                       LocalGraphStore, SparseAdam, checkpoint, init_process_group, node_split,
-                      shutdown_rpc)
+                      loop, shutdown_rpc)
 from pyg_dist.format import _partition_io as io
 
 ROWS = 64  # embedding rows: seeds' original ids modulo ROWS
@@ -44,7 +44,9 @@ def main() -> None:
             LocalGraphStore.from_partition(args.parts, pid))
     torch.manual_seed(0)
     model = torch.nn.Linear(data[0].get_tensor_size(data[1].meta.node_types[0], "x")[1], 4)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    # rank-ordered sums: with 3 ranks DDP's all-reduce may differ in the last bit after
+    # a restart, and this walk compares weights bit for bit
+    ddp = loop.rank_ordered_gradients(torch.nn.parallel.DistributedDataParallel(model))
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
     loader = DistNeighborLoader(data=data, num_neighbors=[-1], batch_size=8, shuffle=True,
                                 input_nodes=node_split(data, "train", ctx), current_ctx=ctx)
