@@ -281,7 +281,7 @@ def rank_ordered_gradients(ddp: Any) -> Any:
         gathered = dist.all_gather(parts, grads, group=group, async_op=True).get_future()
 
         def total(_fut: Any) -> Tensor:
-            out = parts[0].clone()
+            out = parts[0]  # gathered into buffers of our own: summed in place
             for part in parts[1:]:
                 out += part
             return out.div_(world)
